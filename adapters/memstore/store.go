@@ -1,0 +1,199 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Store is an in-memory SnapshotStore rooted in a directory.
+type Store struct {
+	mu       sync.Mutex
+	dir      string
+	total    int64
+	volumes  map[volume.ID]*vol
+	txg      uint64
+	guidSeed uint64
+	now      func() time.Time
+}
+
+var _ ports.SnapshotStore = (*Store)(nil)
+
+type vol struct {
+	id       volume.ID
+	capacity int64
+	props    map[string]string
+	meta     map[string]string
+	snaps    []*snap // oldest first
+}
+
+type snap struct {
+	name    string
+	guid    uint64
+	txg     uint64
+	created time.Time
+	meta    map[string]string
+	files   files
+}
+
+// New returns an empty store whose volumes live under dir, with a pool of
+// totalBytes. guidSeed makes GUIDs distinct between stores that exchange
+// streams (use a different seed per simulated node).
+func New(dir string, totalBytes int64, guidSeed uint64) *Store {
+	return &Store{dir: dir, total: totalBytes, volumes: map[volume.ID]*vol{}, guidSeed: guidSeed << 32, now: time.Now}
+}
+
+func (s *Store) path(id volume.ID) string { return filepath.Join(s.dir, string(id)) }
+
+func (s *Store) nextTxg() uint64 { s.txg++; return s.txg }
+
+func (s *Store) lookup(id volume.ID) (*vol, error) {
+	v, ok := s.volumes[id]
+	if !ok {
+		return nil, fmt.Errorf("volume %s: %w", id, ports.ErrNotFound)
+	}
+	return v, nil
+}
+
+func (s *Store) reserved() int64 {
+	var n int64
+	for _, v := range s.volumes {
+		n += v.capacity
+	}
+	return n
+}
+
+// validProps mirrors what a pool refuses: values outside these sets.
+var validProps = map[string]map[string]bool{
+	"compression": set("on", "off", "lzjb", "zle", "lz4", "gzip", "zstd"),
+	"atime":       set("on", "off"),
+}
+
+func set(v ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range v {
+		m[s] = true
+	}
+	return m
+}
+
+func (s *Store) CreateVolume(ctx context.Context, id volume.ID, opts ports.CreateOptions) (ports.VolumeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.volumes[id]; ok {
+		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, ports.ErrExists)
+	}
+	for k, v := range opts.Properties {
+		if allowed, ok := validProps[k]; ok && !allowed[v] {
+			return ports.VolumeInfo{}, fmt.Errorf("create volume %s: property %s=%s: %w", id, k, v, ports.ErrInvalid)
+		}
+	}
+	if opts.CapacityBytes > s.total-s.reserved() {
+		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %d bytes: %w", id, opts.CapacityBytes, ports.ErrNoSpace)
+	}
+	if err := os.MkdirAll(s.path(id), 0o755); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	v := &vol{id: id, capacity: opts.CapacityBytes, props: copyMap(opts.Properties), meta: copyMap(opts.Metadata)}
+	s.volumes[id] = v
+	return s.info(v), nil
+}
+
+func (s *Store) info(v *vol) ports.VolumeInfo {
+	used := dirSize(s.path(v.id))
+	return ports.VolumeInfo{
+		ID:             v.id,
+		CapacityBytes:  v.capacity,
+		UsedBytes:      used,
+		AvailableBytes: max(0, v.capacity-used),
+		MountPath:      s.path(v.id),
+		MountSource:    s.path(v.id),
+		Properties:     copyMap(v.props),
+		Metadata:       copyMap(v.meta),
+	}
+}
+
+func (s *Store) GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	return s.info(v), nil
+}
+
+func (s *Store) ListVolumes(ctx context.Context) ([]ports.VolumeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ports.VolumeInfo, 0, len(s.volumes))
+	for _, v := range s.volumes {
+		out = append(out, s.info(v))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.lookup(id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.path(id)); err != nil {
+		return fmt.Errorf("destroy volume %s: %v: %w", id, err, ports.ErrBusy)
+	}
+	delete(s.volumes, id)
+	return nil
+}
+
+func (s *Store) Resize(ctx context.Context, id volume.ID, capacityBytes int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	if capacityBytes-v.capacity > s.total-s.reserved() {
+		return fmt.Errorf("resize volume %s: %w", id, ports.ErrNoSpace)
+	}
+	if capacityBytes < dirSize(s.path(id)) {
+		return fmt.Errorf("resize volume %s below its data: %w", id, ports.ErrInvalid)
+	}
+	v.capacity = capacityBytes
+	return nil
+}
+
+func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	for k, val := range metadata {
+		v.meta[k] = val
+	}
+	return nil
+}
+
+func (s *Store) Capacity(ctx context.Context) (ports.PoolCapacity, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ports.PoolCapacity{AvailableBytes: s.total - s.reserved(), TotalBytes: s.total}, nil
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,185 @@
+package zfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// CommandError is a failed zfs or zpool command, with what it printed on
+// stderr. It wraps the ports sentinel its stderr was classified as.
+type CommandError struct {
+	Args   []string
+	Stderr string
+	Err    error // the process error (exit status, context cancellation)
+	Kind   error // ports.ErrNotFound, ports.ErrExists, ... or nil
+}
+
+func (e *CommandError) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i] // the first line says what failed; the rest is usage
+	}
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	return fmt.Sprintf("%s: %s", strings.Join(e.Args, " "), msg)
+}
+
+// Unwrap exposes both the classification and the process error.
+func (e *CommandError) Unwrap() []error {
+	if e.Kind == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// stderrKinds classifies messages seen on zfs-fuse and OpenZFS 2.x. Order
+// matters: the first match wins.
+var stderrKinds = []struct {
+	substr string
+	kind   error
+}{
+	{"dataset does not exist", ports.ErrNotFound},
+	{"could not find any snapshots to destroy", ports.ErrNotFound},
+	{"no such pool", ports.ErrNotFound},
+	{"already exists", ports.ErrExists},
+	{"' exists", ports.ErrExists}, // recv: "destination 'pool/x' exists"
+	{"out of space", ports.ErrNoSpace},
+	{"greater than available space", ports.ErrNoSpace},
+	{"no space left", ports.ErrNoSpace},
+	{"is busy", ports.ErrBusy},
+	{"has dependent clones", ports.ErrBusy},
+	{"has children", ports.ErrBusy},
+	{"must be one of", ports.ErrInvalid},
+	{"bad property value", ports.ErrInvalid},
+	{"invalid property", ports.ErrInvalid},
+	{"less than current used or reserved space", ports.ErrInvalid},
+	{"has been modified", ports.ErrConflict},
+	{"does not match incremental source", ports.ErrConflict},
+	{"most recent snapshot of", ports.ErrConflict},
+	{"invalid backup stream", ports.ErrInvalid},
+}
+
+func classify(stderr string) error {
+	for _, k := range stderrKinds {
+		if strings.Contains(stderr, k.substr) {
+			return k.kind
+		}
+	}
+	return nil
+}
+
+// runner runs the zfs CLI.
+type runner struct {
+	zfsBin   string
+	zpoolBin string
+}
+
+func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
+
+func (r runner) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = commandEnv()
+	return cmd
+}
+
+// zfs runs a zfs subcommand and returns its stdout.
+func (r runner) zfs(ctx context.Context, args ...string) ([]byte, error) {
+	return r.run(ctx, r.zfsBin, args...)
+}
+
+func (r runner) zpool(ctx context.Context, args ...string) ([]byte, error) {
+	return r.run(ctx, r.zpoolBin, args...)
+}
+
+func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := r.command(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, r.fail(ctx, bin, args, stderr.String(), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+func (r runner) fail(ctx context.Context, bin string, args []string, stderr string, err error) error {
+	kind := classify(stderr)
+	if ctx.Err() != nil {
+		err = errors.Join(ctx.Err(), err)
+	}
+	return &CommandError{Args: append([]string{bin}, args...), Stderr: stderr, Err: err, Kind: kind}
+}
+
+// stream starts a zfs subcommand whose stdout the caller reads. Closing the
+// returned reader kills the process if it is still running and reaps it.
+func (r runner) stream(ctx context.Context, args ...string) (io.ReadCloser, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := r.command(ctx, r.zfsBin, args...)
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, r.fail(ctx, r.zfsBin, args, "", err)
+	}
+	return &commandReader{r: r, ctx: ctx, cancel: cancel, cmd: cmd, out: out, stderr: stderr, args: args}, nil
+}
+
+type commandReader struct {
+	r      runner
+	ctx    context.Context
+	cancel context.CancelFunc
+	cmd    *exec.Cmd
+	out    io.ReadCloser
+	stderr *bytes.Buffer
+	args   []string
+	eof    bool
+	closed bool
+	err    error
+}
+
+// Read returns the command's stdout; at its end it waits for the command and
+// reports a failure as the read error, so a stream that ended because zfs
+// failed is never mistaken for a complete one.
+func (c *commandReader) Read(p []byte) (int, error) {
+	if c.eof {
+		return 0, c.err
+	}
+	n, err := c.out.Read(p)
+	if errors.Is(err, io.EOF) {
+		c.eof = true
+		c.err = io.EOF
+		if werr := c.cmd.Wait(); werr != nil {
+			c.err = c.r.fail(c.ctx, c.r.zfsBin, c.args, c.stderr.String(), werr)
+		}
+		c.cancel()
+		return n, c.err
+	}
+	return n, err
+}
+
+func (c *commandReader) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if c.eof {
+		return nil
+	}
+	c.cancel() // kills zfs send if it still runs
+	_ = c.out.Close()
+	_ = c.cmd.Wait()
+	return nil
+}

@@ -1,0 +1,96 @@
+package zfs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	gozfs "github.com/mistifyio/go-zfs/v3"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// CreateSnapshot takes a snapshot with its metadata set atomically
+// (`zfs snapshot -o`, on both CLIs).
+func (s *Store) CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (ports.SnapshotInfo, error) {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return ports.SnapshotInfo{}, err
+	}
+	args := append([]string{"snapshot"}, optionArgs(metadata, userPropPrefix)...)
+	args = append(args, s.snapshot(id, name))
+	if _, err := s.run.zfs(ctx, args...); err != nil {
+		return ports.SnapshotInfo{}, fmt.Errorf("snapshot %s@%s: %w", id, name, err)
+	}
+	rows, err := s.get(ctx, false, s.snapshot(id, name))
+	if err != nil {
+		return ports.SnapshotInfo{}, err
+	}
+	return s.snapshotInfo(id, rows[0]), nil
+}
+
+// ListSnapshots lists one volume's snapshots, or every owned volume's.
+func (s *Store) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error) {
+	var rows []*propRow
+	var err error
+	if id == "" {
+		rows, err = s.getDepth(ctx, 2, s.root)
+	} else {
+		if _, err := s.GetVolume(ctx, id); err != nil {
+			return nil, err
+		}
+		rows, err = s.getDepth(ctx, 1, s.dataset(id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	owned := map[string]bool{}
+	var out []ports.SnapshotInfo
+	for _, r := range rows {
+		if r.native["type"] == "filesystem" {
+			owned[r.name] = s.owned(r)
+			continue
+		}
+		ds, _, ok := strings.Cut(r.name, "@")
+		if r.native["type"] != "snapshot" || !ok || !owned[ds] {
+			continue
+		}
+		vid, ok := s.childID(ds)
+		if !ok {
+			continue
+		}
+		out = append(out, s.snapshotInfo(vid, r))
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Volume != out[j].Volume {
+			return out[i].Volume < out[j].Volume
+		}
+		return out[i].CreateTxg < out[j].CreateTxg
+	})
+	return out, nil
+}
+
+// DestroySnapshot destroys one snapshot of an owned volume.
+func (s *Store) DestroySnapshot(ctx context.Context, id volume.ID, name string) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	ds := &gozfs.Dataset{Name: s.snapshot(id, name), Type: gozfs.DatasetSnapshot}
+	if err := ds.Destroy(gozfs.DestroyDefault); err != nil {
+		return fmt.Errorf("destroy snapshot %s@%s: %w", id, name, goZFSError(err))
+	}
+	return nil
+}
+
+// Rollback rolls the volume back to snapshot name, destroying newer ones.
+func (s *Store) Rollback(ctx context.Context, id volume.ID, name string) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	ds := &gozfs.Dataset{Name: s.snapshot(id, name), Type: gozfs.DatasetSnapshot}
+	if err := ds.Rollback(true); err != nil {
+		return fmt.Errorf("rollback %s to %s: %w", id, name, goZFSError(err))
+	}
+	return nil
+}

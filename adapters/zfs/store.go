@@ -1,0 +1,178 @@
+package zfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	gozfs "github.com/mistifyio/go-zfs/v3"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Config selects the pool and the parent dataset the store owns.
+type Config struct {
+	Pool   string // an existing pool, e.g. "ferry"
+	Parent string // a dataset path under the pool, e.g. "ferry" or "k8s/ferry"
+	// Driver is written to every volume as its ownership mark.
+	Driver string
+	// ZFS and Zpool are the CLI paths; empty means "zfs" and "zpool" on PATH.
+	ZFS, Zpool string
+}
+
+// Store is a ports.SnapshotStore on one ZFS pool.
+type Store struct {
+	cfg  Config
+	root string // <pool>/<parent>
+	run  runner
+}
+
+var _ ports.SnapshotStore = (*Store)(nil)
+
+// New returns a store for cfg. Open must succeed before other calls.
+func New(cfg Config) (*Store, error) {
+	if cfg.Pool == "" || cfg.Driver == "" {
+		return nil, errors.New("zfs store: pool and driver are required")
+	}
+	for _, part := range strings.Split(cfg.Parent, "/") {
+		if _, err := volume.ParseID("parent dataset", part); err != nil && cfg.Parent != "" {
+			return nil, fmt.Errorf("zfs store: %w", err)
+		}
+	}
+	if cfg.ZFS == "" {
+		cfg.ZFS = "zfs"
+	}
+	if cfg.Zpool == "" {
+		cfg.Zpool = "zpool"
+	}
+	root := cfg.Pool
+	if cfg.Parent != "" {
+		root += "/" + cfg.Parent
+	}
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool}}, nil
+}
+
+// Open checks that the pool exists and creates the parent dataset if needed.
+func (s *Store) Open(ctx context.Context) error {
+	if _, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "type", s.cfg.Pool); err != nil {
+		return fmt.Errorf("pool %s: %w", s.cfg.Pool, err)
+	}
+	if s.root == s.cfg.Pool {
+		return nil
+	}
+	_, err := s.run.zfs(ctx, "create", "-p", s.root)
+	if err != nil && !errors.Is(err, ports.ErrExists) {
+		return fmt.Errorf("parent dataset %s: %w", s.root, err)
+	}
+	return nil
+}
+
+// Root is the dataset under which every volume lives.
+func (s *Store) Root() string { return s.root }
+
+func (s *Store) dataset(id volume.ID) string { return s.root + "/" + string(id) }
+
+func (s *Store) snapshot(id volume.ID, name string) string { return s.dataset(id) + "@" + name }
+
+// get runs one `zfs get` of propList on targets (zfs-fuse's `get` has no
+// -t filter: callers pick rows by type).
+func (s *Store) get(ctx context.Context, recursive bool, targets ...string) ([]*propRow, error) {
+	depth := 0
+	if recursive {
+		depth = -1
+	}
+	return s.getDepth(ctx, depth, targets...)
+}
+
+// getDepth is get limited to depth levels below the targets (-1: all). A
+// dataset's snapshots are one level below it.
+func (s *Store) getDepth(ctx context.Context, depth int, targets ...string) ([]*propRow, error) {
+	args := []string{"get", "-H", "-p", "-o", "name,property,value,source"}
+	switch {
+	case depth < 0:
+		args = append(args, "-r")
+	case depth > 0:
+		args = append(args, "-d", strconv.Itoa(depth))
+	}
+	args = append(args, propList)
+	args = append(args, targets...)
+	out, err := s.run.zfs(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	return parseGet(out)
+}
+
+// owned reports whether row is one of this store's volumes.
+func (s *Store) owned(row *propRow) bool {
+	return row.meta[ports.MetaDriver] == s.cfg.Driver && row.native["type"] == "filesystem"
+}
+
+func (s *Store) volumeInfo(id volume.ID, row *propRow) ports.VolumeInfo {
+	props := map[string]string{}
+	for _, p := range readableProps {
+		if v, ok := row.native[p]; ok {
+			props[p] = v
+		}
+	}
+	return ports.VolumeInfo{
+		ID:             id,
+		CapacityBytes:  row.int64("refquota"),
+		UsedBytes:      row.int64("referenced"),
+		AvailableBytes: row.int64("available"),
+		MountPath:      row.native["mountpoint"],
+		MountSource:    row.name,
+		Properties:     props,
+		Metadata:       row.meta,
+	}
+}
+
+func (s *Store) snapshotInfo(id volume.ID, row *propRow) ports.SnapshotInfo {
+	_, name, _ := strings.Cut(row.name, "@")
+	return ports.SnapshotInfo{
+		Volume:    id,
+		Name:      name,
+		GUID:      row.uint64("guid"),
+		CreateTxg: row.uint64("createtxg"),
+		CreatedAt: time.Unix(row.int64("creation"), 0).UTC(),
+		SizeBytes: row.int64("referenced"),
+		Metadata:  row.meta,
+	}
+}
+
+// Capacity reports the space left under the parent dataset and the pool size.
+func (s *Store) Capacity(ctx context.Context) (ports.PoolCapacity, error) {
+	rows, err := s.get(ctx, false, s.root, s.cfg.Pool)
+	if err != nil {
+		return ports.PoolCapacity{}, err
+	}
+	var c ports.PoolCapacity
+	for _, r := range rows {
+		switch r.name {
+		case s.root:
+			c.AvailableBytes = r.int64("available")
+		}
+		if r.name == s.cfg.Pool {
+			c.TotalBytes = r.int64("used") + r.int64("available")
+		}
+	}
+	return c, nil
+}
+
+// goZFSError turns a go-zfs error into a classified CommandError.
+func goZFSError(err error) error {
+	var ze *gozfs.Error
+	if errors.As(err, &ze) {
+		return &CommandError{Args: strings.Fields(ze.Debug), Stderr: ze.Stderr, Err: ze.Err, Kind: classify(ze.Stderr)}
+	}
+	return err
+}
+
+func sortVolumes(v []ports.VolumeInfo) {
+	sort.Slice(v, func(i, j int) bool { return v[i].ID < v[j].ID })
+}

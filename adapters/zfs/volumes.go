@@ -1,0 +1,162 @@
+package zfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	gozfs "github.com/mistifyio/go-zfs/v3"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// CreateVolume creates the dataset with its quota, reservation, properties
+// and Ferry metadata in one `zfs create`, so it never exists unmarked.
+func (s *Store) CreateVolume(ctx context.Context, id volume.ID, opts ports.CreateOptions) (ports.VolumeInfo, error) {
+	size := strconv.FormatInt(opts.CapacityBytes, 10)
+	args := []string{"create", "-o", "refquota=" + size, "-o", "refreservation=" + size}
+	args = append(args, optionArgs(opts.Properties, "")...)
+	meta := withDriver(opts.Metadata, s.cfg.Driver)
+	args = append(args, optionArgs(meta, userPropPrefix)...)
+	args = append(args, s.dataset(id))
+	if _, err := s.run.zfs(ctx, args...); err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
+	}
+	return s.GetVolume(ctx, id)
+}
+
+// optionArgs renders -o key=value pairs in a stable order.
+func optionArgs(m map[string]string, prefix string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var args []string
+	for _, k := range keys {
+		args = append(args, "-o", prefix+k+"="+m[k])
+	}
+	return args
+}
+
+func withDriver(meta map[string]string, driver string) map[string]string {
+	out := map[string]string{ports.MetaDriver: driver}
+	for k, v := range meta {
+		if k != ports.MetaDriver {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// GetVolume describes a volume Ferry owns. A dataset of that name without
+// Ferry's mark answers ErrNotOwned.
+func (s *Store) GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error) {
+	rows, err := s.get(ctx, false, s.dataset(id))
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("volume %s: %w", id, err)
+	}
+	if len(rows) != 1 {
+		return ports.VolumeInfo{}, fmt.Errorf("volume %s: zfs get returned %d datasets", id, len(rows))
+	}
+	if !s.owned(rows[0]) {
+		return ports.VolumeInfo{}, fmt.Errorf("volume %s: dataset %s: %w", id, rows[0].name, ports.ErrNotOwned)
+	}
+	return s.volumeInfo(id, rows[0]), nil
+}
+
+// ListVolumes lists the owned filesystems directly under the parent.
+func (s *Store) ListVolumes(ctx context.Context) ([]ports.VolumeInfo, error) {
+	rows, err := s.getDepth(ctx, 1, s.root)
+	if err != nil {
+		return nil, err
+	}
+	var out []ports.VolumeInfo
+	for _, r := range rows {
+		id, ok := s.childID(r.name)
+		if ok && s.owned(r) {
+			out = append(out, s.volumeInfo(id, r))
+		}
+	}
+	sortVolumes(out)
+	return out, nil
+}
+
+// childID returns the volume ID of a direct child filesystem of the parent.
+func (s *Store) childID(name string) (volume.ID, bool) {
+	prefix := s.root + "/"
+	if len(name) <= len(prefix) || name[:len(prefix)] != prefix {
+		return "", false
+	}
+	id, err := volume.ParseID("dataset", name[len(prefix):])
+	if err != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// DestroyVolume destroys the dataset and its snapshots, refusing datasets
+// Ferry does not own.
+func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	ds := &gozfs.Dataset{Name: s.dataset(id)}
+	if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {
+		return fmt.Errorf("destroy volume %s: %w", id, goZFSError(err))
+	}
+	return nil
+}
+
+// Resize grows (or shrinks, if the data fits) the quota and reservation.
+// The quota moves first when growing and last when shrinking, because ZFS
+// refuses a reservation above the quota; a failed second step is undone.
+func (s *Store) Resize(ctx context.Context, id volume.ID, capacityBytes int64) error {
+	info, err := s.GetVolume(ctx, id)
+	if err != nil {
+		return err
+	}
+	ds := &gozfs.Dataset{Name: s.dataset(id)}
+	size := strconv.FormatInt(capacityBytes, 10)
+	old := strconv.FormatInt(info.CapacityBytes, 10)
+	first, second := "refquota", "refreservation"
+	if capacityBytes < info.CapacityBytes {
+		first, second = second, first
+	}
+	if err := ds.SetProperty(first, size); err != nil {
+		return fmt.Errorf("resize volume %s: %w", id, goZFSError(err))
+	}
+	if err := ds.SetProperty(second, size); err != nil {
+		if undo := ds.SetProperty(first, old); undo != nil {
+			err = errors.Join(err, undo)
+		}
+		return fmt.Errorf("resize volume %s: %w", id, goZFSError(err))
+	}
+	return nil
+}
+
+// SetMetadata sets Ferry user properties on a volume.
+func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	return s.setMeta(s.dataset(id), metadata)
+}
+
+func (s *Store) setMeta(target string, metadata map[string]string) error {
+	ds := &gozfs.Dataset{Name: target}
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := ds.SetProperty(userPropPrefix+k, metadata[k]); err != nil {
+			return fmt.Errorf("set %s on %s: %w", k, target, goZFSError(err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package replica
+
+import "fmt"
+
+// DeletionVerdict is the answer of the safe-deletion rule, with its evidence.
+type DeletionVerdict struct {
+	Allowed bool
+	// Holders are the other replicas whose snapshot is at least as new as the
+	// leaving replica's: the copies that remain if it deletes.
+	Holders []Node
+	Reason  string
+}
+
+// CanDestroy applies seed 000's safe-deletion rule for the replica on node:
+// it may destroy its copy when the volume is gone (volumeGone), or when at
+// least ReplicationFactor other replicas hold a snapshot at least as new as
+// its own. A replica with no data (snapshot 0) may always leave.
+//
+// The verdict is only as good as the state it was computed on: the caller
+// must remove its entry with a compare-and-swap on s.Version, re-read, and
+// check again before destroying anything, so that two replicas leaving at
+// once cannot both count each other.
+func CanDestroy(s State, node Node, volumeGone bool) DeletionVerdict {
+	if volumeGone {
+		return DeletionVerdict{Allowed: true, Reason: "the volume no longer exists"}
+	}
+	self, ok := s.Replica(node)
+	if !ok || self.Snapshot == 0 {
+		return DeletionVerdict{Allowed: true, Reason: "this replica holds no data the others need"}
+	}
+	var holders []Node
+	for _, r := range s.Replicas {
+		if r.Node != node && r.Snapshot >= self.Snapshot {
+			holders = append(holders, r.Node)
+		}
+	}
+	if len(holders) >= s.ReplicationFactor {
+		return DeletionVerdict{Allowed: true, Holders: holders,
+			Reason: fmt.Sprintf("%d other replicas hold snapshot %d or newer (replicationFactor %d)", len(holders), self.Snapshot, s.ReplicationFactor)}
+	}
+	return DeletionVerdict{Holders: holders,
+		Reason: fmt.Sprintf("only %d other replicas hold snapshot %d or newer, %d required", len(holders), self.Snapshot, s.ReplicationFactor)}
+}

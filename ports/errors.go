@@ -1,0 +1,25 @@
+package ports
+
+import "errors"
+
+// Errors every port implementation returns (wrapped, with detail) so that the
+// use cases can decide without parsing messages.
+var (
+	// ErrNotFound: the volume, snapshot or state does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a create found the object already there.
+	ErrExists = errors.New("already exists")
+	// ErrNoSpace: the pool cannot hold the requested size or data.
+	ErrNoSpace = errors.New("no space left in pool")
+	// ErrBusy: the object is in use (mounted, has dependent clones, a
+	// transfer is running) and the operation may succeed later.
+	ErrBusy = errors.New("busy")
+	// ErrConflict: a compare-and-swap lost to a concurrent writer.
+	ErrConflict = errors.New("version conflict")
+	// ErrInvalid: the store refused a value (a property the pool does not
+	// support, a malformed stream). Retrying the same call cannot succeed.
+	ErrInvalid = errors.New("invalid")
+	// ErrNotOwned: the object exists but Ferry did not create it; Ferry
+	// never reads, changes or serves it.
+	ErrNotOwned = errors.New("not owned by ferry")
+)

@@ -1,0 +1,141 @@
+package ports
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+// SnapshotStore is one node's storage: a volume is a dataset, holding
+// snapshots, which can be streamed out and in. An implementation serves one
+// pool and a parent dataset in it that Ferry owns; volume IDs and snapshot
+// names it receives are already validated by the domain.
+//
+// Methods are safe for concurrent use on different volumes; the use cases
+// serialise calls on one volume. Unless stated, a method returns ErrNotFound
+// (wrapped) when the volume or snapshot is absent.
+type SnapshotStore interface {
+	// CreateVolume creates an empty volume with the given capacity, native
+	// properties and Ferry metadata, mounted at its MountPath. All of it is
+	// set in one step: a volume never exists without its metadata.
+	// ErrExists if the volume exists; ErrNoSpace if the pool cannot reserve
+	// the capacity; ErrInvalid if the pool refuses a property value.
+	CreateVolume(ctx context.Context, id volume.ID, opts CreateOptions) (VolumeInfo, error)
+	// GetVolume describes a volume.
+	GetVolume(ctx context.Context, id volume.ID) (VolumeInfo, error)
+	// ListVolumes describes every volume in the store, sorted by ID.
+	ListVolumes(ctx context.Context) ([]VolumeInfo, error)
+	// DestroyVolume destroys a volume and all its snapshots. ErrBusy while
+	// something (a bind mount, a clone) still uses it.
+	DestroyVolume(ctx context.Context, id volume.ID) error
+	// Resize sets the volume's capacity. ErrNoSpace if the pool cannot
+	// reserve it; ErrInvalid if it is below the data already written.
+	Resize(ctx context.Context, id volume.ID, capacityBytes int64) error
+	// SetMetadata merges Ferry metadata keys into the volume's.
+	SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error
+	// Capacity reports the bytes available for new volumes and the pool's size.
+	Capacity(ctx context.Context) (PoolCapacity, error)
+
+	// CreateSnapshot takes an atomic snapshot named name. ErrExists if a
+	// snapshot of that name exists on the volume.
+	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (SnapshotInfo, error)
+	// ListSnapshots lists a volume's snapshots, oldest first, or those of
+	// every volume when id is empty (sorted by volume, then age).
+	ListSnapshots(ctx context.Context, id volume.ID) ([]SnapshotInfo, error)
+	// DestroySnapshot destroys one snapshot. ErrBusy if a clone depends on it.
+	DestroySnapshot(ctx context.Context, id volume.ID, name string) error
+	// Rollback discards every change after snapshot name, destroying the
+	// snapshots newer than it. Only the replication core asks for this, and
+	// only with its reason logged.
+	Rollback(ctx context.Context, id volume.ID, name string) error
+
+	// Send streams snapshot req.To, incrementally from req.From when set.
+	// The caller must Close the stream; closing it early (or cancelling ctx)
+	// stops the sender and releases its process.
+	Send(ctx context.Context, req SendRequest) (io.ReadCloser, error)
+	// Receive applies a stream made by Send. A full stream creates the
+	// volume (ErrExists if it exists); an incremental one applies on top of
+	// its base and fails if the volume changed since: Receive never rolls
+	// back on its own. On failure nothing partial is left behind, except a
+	// resumable state where the store supports it (none yet).
+	Receive(ctx context.Context, id volume.ID, stream io.Reader) error
+}
+
+// CreateOptions describe a new volume.
+type CreateOptions struct {
+	CapacityBytes int64
+	// Properties are native store properties from the allow-list in
+	// volume.ParseParams (compression, recordsize, atime).
+	Properties map[string]string
+	// Metadata is Ferry's own data about the volume (see the Meta* keys),
+	// stored with it so that a node can rediscover what it holds.
+	Metadata map[string]string
+}
+
+// Metadata keys Ferry records on every volume it creates.
+const (
+	MetaDriver            = "driver"             // the CSI driver name: marks ownership
+	MetaVolume            = "volume"             // the volume ID
+	MetaName              = "name"               // the CSI name of the CreateVolume request
+	MetaReplicationFactor = "replication-factor" // at creation
+	MetaSource            = "source"             // the snapshot or volume it was copied from
+	MetaParams            = "params"             // a digest of the StorageClass parameters
+	MetaPVC               = "pvc"                // namespace/name, when the provisioner tells
+
+	// On snapshots:
+	MetaSnapshotName = "snapshot-name" // the CSI name of a CreateSnapshot request
+	MetaEpoch        = "epoch"         // the primary's epoch a replication snapshot was taken in
+)
+
+// MetadataKeys lists every metadata key a store must keep. Stores may drop
+// keys outside this list (the ZFS adapter asks for these by name).
+var MetadataKeys = []string{
+	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
+	MetaSnapshotName, MetaEpoch,
+}
+
+// VolumeInfo describes a volume in the store.
+type VolumeInfo struct {
+	ID             volume.ID
+	CapacityBytes  int64 // the quota: what the volume's user may write
+	UsedBytes      int64 // bytes referenced by the live filesystem
+	AvailableBytes int64 // bytes the volume's user can still write
+	MountPath      string
+	// MountSource is how the mount table names the volume's filesystem, so
+	// that a bind mount can be traced back to it.
+	MountSource string
+	Properties     map[string]string // native properties named in CreateOptions
+	Metadata       map[string]string // Ferry metadata keys
+}
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	Volume volume.ID
+	Name   string
+	// GUID identifies the snapshot's contents across nodes: the same
+	// snapshot received elsewhere keeps its GUID, a different one never
+	// shares it. Replication matches bases by GUID, never by name alone.
+	GUID uint64
+	// CreateTxg orders a volume's snapshots (the pool's transaction group).
+	CreateTxg uint64
+	CreatedAt time.Time
+	// SizeBytes is what the snapshot references: the size of a volume
+	// restored from it.
+	SizeBytes int64
+	Metadata  map[string]string
+}
+
+// PoolCapacity is the space of the store's pool.
+type PoolCapacity struct {
+	AvailableBytes int64
+	TotalBytes     int64
+}
+
+// SendRequest selects a stream: From empty means a full stream of To.
+type SendRequest struct {
+	Volume volume.ID
+	From   string
+	To     string
+}

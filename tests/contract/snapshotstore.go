@@ -1,0 +1,391 @@
+package contract
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// StoreFactory returns a fresh, empty store for one test. PoolBytes is the
+// least pool size the suite may assume; the store must refuse a volume of
+// 64 times that (ErrNoSpace).
+type StoreFactory func(t *testing.T) ports.SnapshotStore
+
+// PoolBytes is the pool size the suite's capacity cases are written for.
+const PoolBytes = 512 * volume.MiB
+
+// RunSnapshotStore runs the SnapshotStore contract against newStore.
+func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s ports.SnapshotStore)
+	}{
+		{"a created volume reports its capacity, properties, metadata and a writable mount path", createdVolumeIsDescribed},
+		{"creating a volume twice answers ErrExists and keeps the first", createTwiceIsErrExists},
+		{"a missing volume answers ErrNotFound everywhere", missingVolumeIsErrNotFound},
+		{"a volume larger than the pool answers ErrNoSpace and creates nothing", tooLargeIsErrNoSpace},
+		{"a property value the pool refuses answers ErrInvalid and creates nothing", badPropertyIsErrInvalid},
+		{"volumes are listed sorted and destroyed with their snapshots", listAndDestroy},
+		{"resize grows the capacity", resizeGrows},
+		{"snapshots are ordered, distinct by GUID and carry their metadata", snapshotsOrdered},
+		{"a full stream recreates the data and keeps the snapshot GUID", fullStream},
+		{"an incremental stream applies only on its unchanged base", incrementalStream},
+		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
+		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
+		{"capacity shrinks by what volumes reserve", capacityAccounting},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+func opts(size int64) ports.CreateOptions {
+	return ports.CreateOptions{
+		CapacityBytes: size,
+		Properties:    map[string]string{"compression": "on", "atime": "off"},
+		Metadata:      map[string]string{ports.MetaName: "pvc-1", ports.MetaReplicationFactor: "2"},
+	}
+}
+
+func mustCreate(t *testing.T, s ports.SnapshotStore, id volume.ID) ports.VolumeInfo {
+	t.Helper()
+	info, err := s.CreateVolume(ctx, id, opts(32*volume.MiB))
+	if err != nil {
+		t.Fatalf("CreateVolume(%s): %v", id, err)
+	}
+	return info
+}
+
+func write(t *testing.T, info ports.VolumeInfo, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(info.MountPath, name), []byte(content), 0o644); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+}
+
+func read(t *testing.T, info ports.VolumeInfo, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(info.MountPath, name))
+	if err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	return string(b)
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: got error %v, want %v", what, err, want)
+	}
+}
+
+func createdVolumeIsDescribed(t *testing.T, s ports.SnapshotStore) {
+	info := mustCreate(t, s, "vol-a")
+	got, err := s.GetVolume(ctx, "vol-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "vol-a" || got.CapacityBytes != 32*volume.MiB || info.CapacityBytes != got.CapacityBytes {
+		t.Fatalf("got %+v, want vol-a with 32 MiB", got)
+	}
+	if got.Properties["compression"] != "on" || got.Properties["atime"] != "off" {
+		t.Fatalf("properties = %v", got.Properties)
+	}
+	if got.Metadata[ports.MetaName] != "pvc-1" || got.Metadata[ports.MetaReplicationFactor] != "2" {
+		t.Fatalf("metadata = %v", got.Metadata)
+	}
+	if got.MountPath == "" || got.MountSource == "" {
+		t.Fatalf("no mount path or source: %+v", got)
+	}
+	write(t, got, "hello.txt", "hello")
+	if read(t, got, "hello.txt") != "hello" {
+		t.Fatal("read back differs")
+	}
+}
+
+func createTwiceIsErrExists(t *testing.T, s ports.SnapshotStore) {
+	mustCreate(t, s, "vol-a")
+	_, err := s.CreateVolume(ctx, "vol-a", opts(64*volume.MiB))
+	wantErr(t, "second CreateVolume", err, ports.ErrExists)
+	got, err := s.GetVolume(ctx, "vol-a")
+	if err != nil || got.CapacityBytes != 32*volume.MiB {
+		t.Fatalf("first volume changed: %+v, %v", got, err)
+	}
+}
+
+func missingVolumeIsErrNotFound(t *testing.T, s ports.SnapshotStore) {
+	_, err := s.GetVolume(ctx, "nope")
+	wantErr(t, "GetVolume", err, ports.ErrNotFound)
+	wantErr(t, "DestroyVolume", s.DestroyVolume(ctx, "nope"), ports.ErrNotFound)
+	wantErr(t, "Resize", s.Resize(ctx, "nope", volume.GiB), ports.ErrNotFound)
+	_, err = s.CreateSnapshot(ctx, "nope", "s1", nil)
+	wantErr(t, "CreateSnapshot", err, ports.ErrNotFound)
+	_, err = s.ListSnapshots(ctx, "nope")
+	wantErr(t, "ListSnapshots", err, ports.ErrNotFound)
+	mustCreate(t, s, "vol-a")
+	wantErr(t, "DestroySnapshot", s.DestroySnapshot(ctx, "vol-a", "nope"), ports.ErrNotFound)
+	wantErr(t, "Rollback", s.Rollback(ctx, "vol-a", "nope"), ports.ErrNotFound)
+	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-a", To: "nope"})
+	wantErr(t, "Send", err, ports.ErrNotFound)
+}
+
+func tooLargeIsErrNoSpace(t *testing.T, s ports.SnapshotStore) {
+	_, err := s.CreateVolume(ctx, "huge", opts(64*PoolBytes))
+	wantErr(t, "CreateVolume", err, ports.ErrNoSpace)
+	_, err = s.GetVolume(ctx, "huge")
+	wantErr(t, "GetVolume after refused create", err, ports.ErrNotFound)
+}
+
+func badPropertyIsErrInvalid(t *testing.T, s ports.SnapshotStore) {
+	o := opts(32 * volume.MiB)
+	o.Properties = map[string]string{"compression": "bogus"}
+	_, err := s.CreateVolume(ctx, "bad", o)
+	wantErr(t, "CreateVolume", err, ports.ErrInvalid)
+	_, err = s.GetVolume(ctx, "bad")
+	wantErr(t, "GetVolume after refused create", err, ports.ErrNotFound)
+}
+
+func listAndDestroy(t *testing.T, s ports.SnapshotStore) {
+	for _, id := range []volume.ID{"vol-c", "vol-a", "vol-b"} {
+		mustCreate(t, s, id)
+	}
+	if _, err := s.CreateSnapshot(ctx, "vol-b", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []volume.ID
+	for _, v := range list {
+		ids = append(ids, v.ID)
+	}
+	if len(ids) != 3 || ids[0] != "vol-a" || ids[1] != "vol-b" || ids[2] != "vol-c" {
+		t.Fatalf("ListVolumes = %v, want [vol-a vol-b vol-c]", ids)
+	}
+	if err := s.DestroyVolume(ctx, "vol-b"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetVolume(ctx, "vol-b")
+	wantErr(t, "GetVolume after destroy", err, ports.ErrNotFound)
+	snaps, err := s.ListSnapshots(ctx, "")
+	if err != nil || len(snaps) != 0 {
+		t.Fatalf("snapshots after destroy = %v, %v", snaps, err)
+	}
+}
+
+func resizeGrows(t *testing.T, s ports.SnapshotStore) {
+	mustCreate(t, s, "vol-a")
+	if err := s.Resize(ctx, "vol-a", 64*volume.MiB); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetVolume(ctx, "vol-a")
+	if err != nil || got.CapacityBytes != 64*volume.MiB {
+		t.Fatalf("after resize: %+v, %v", got, err)
+	}
+	wantErr(t, "Resize beyond the pool", s.Resize(ctx, "vol-a", 64*PoolBytes), ports.ErrNoSpace)
+	got, _ = s.GetVolume(ctx, "vol-a")
+	if got.CapacityBytes != 64*volume.MiB {
+		t.Fatalf("failed resize changed capacity to %d", got.CapacityBytes)
+	}
+}
+
+func snapshotsOrdered(t *testing.T, s ports.SnapshotStore) {
+	info := mustCreate(t, s, "vol-a")
+	write(t, info, "f", "1")
+	a, err := s.CreateSnapshot(ctx, "vol-a", "s1", map[string]string{"epoch": "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, info, "f", "22")
+	b, err := s.CreateSnapshot(ctx, "vol-a", "s2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CreateSnapshot(ctx, "vol-a", "s1", nil)
+	wantErr(t, "duplicate snapshot", err, ports.ErrExists)
+	if a.GUID == 0 || a.GUID == b.GUID || a.CreateTxg >= b.CreateTxg {
+		t.Fatalf("snapshots not distinct or ordered: %+v %+v", a, b)
+	}
+	list, err := s.ListSnapshots(ctx, "vol-a")
+	if err != nil || len(list) != 2 || list[0].Name != "s1" || list[1].Name != "s2" {
+		t.Fatalf("ListSnapshots = %+v, %v", list, err)
+	}
+	if list[0].Metadata["epoch"] != "3" || list[0].GUID != a.GUID || list[0].CreatedAt.IsZero() {
+		t.Fatalf("snapshot s1 = %+v", list[0])
+	}
+	if _, ok := list[1].Metadata["epoch"]; ok {
+		t.Fatalf("s2 has metadata it was not given: %v", list[1].Metadata)
+	}
+	if err := s.DestroySnapshot(ctx, "vol-a", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = s.ListSnapshots(ctx, "vol-a")
+	if len(list) != 1 || list[0].Name != "s2" {
+		t.Fatalf("after destroy: %+v", list)
+	}
+}
+
+func transfer(t *testing.T, s ports.SnapshotStore, req ports.SendRequest, to volume.ID) error {
+	t.Helper()
+	r, err := s.Send(ctx, req)
+	if err != nil {
+		t.Fatalf("Send(%+v): %v", req, err)
+	}
+	defer r.Close()
+	return s.Receive(ctx, to, r)
+}
+
+func fullStream(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "full contents")
+	snap, err := s.CreateSnapshot(ctx, "src", "s1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := s.GetVolume(ctx, "dst")
+	if err != nil {
+		t.Fatalf("received volume: %v", err)
+	}
+	if got := read(t, dst, "data"); got != "full contents" {
+		t.Fatalf("received data %q", got)
+	}
+	list, _ := s.ListSnapshots(ctx, "dst")
+	if len(list) != 1 || list[0].Name != "s1" || list[0].GUID != snap.GUID {
+		t.Fatalf("received snapshots %+v, want s1 with GUID %d", list, snap.GUID)
+	}
+	err = transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst")
+	wantErr(t, "full stream into an existing volume", err, ports.ErrExists)
+}
+
+func incrementalStream(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "v1")
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, src, "data", "v2")
+	write(t, src, "more", "added")
+	if _, err := s.CreateSnapshot(ctx, "src", "s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", From: "s1", To: "s2"}, "dst"); err != nil {
+		t.Fatalf("incremental receive: %v", err)
+	}
+	dst, _ := s.GetVolume(ctx, "dst")
+	if read(t, dst, "data") != "v2" || read(t, dst, "more") != "added" {
+		t.Fatal("incremental data differs")
+	}
+	// s3 on the source; the target is changed locally: receive must refuse
+	// rather than roll the target back on its own.
+	write(t, src, "data", "v3")
+	if _, err := s.CreateSnapshot(ctx, "src", "s3", nil); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dst, "local", "diverged")
+	err := transfer(t, s, ports.SendRequest{Volume: "src", From: "s2", To: "s3"}, "dst")
+	wantErr(t, "incremental onto a modified target", err, ports.ErrConflict)
+	if read(t, dst, "local") != "diverged" {
+		t.Fatal("a refused receive changed the target")
+	}
+	if err := s.Rollback(ctx, "dst", "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", From: "s2", To: "s3"}, "dst"); err != nil {
+		t.Fatalf("incremental after rollback: %v", err)
+	}
+	if read(t, dst, "data") != "v3" {
+		t.Fatal("data after rollback and receive differs")
+	}
+	// A stream whose base the target lacks is refused too.
+	err = transfer(t, s, ports.SendRequest{Volume: "src", From: "s1", To: "s2"}, "dst")
+	if err == nil {
+		t.Fatal("an incremental stream from an older base was accepted")
+	}
+}
+
+func rollbackRestores(t *testing.T, s ports.SnapshotStore) {
+	info := mustCreate(t, s, "vol-a")
+	write(t, info, "f", "one")
+	if _, err := s.CreateSnapshot(ctx, "vol-a", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	write(t, info, "f", "two")
+	write(t, info, "g", "new")
+	if _, err := s.CreateSnapshot(ctx, "vol-a", "s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	write(t, info, "f", "three")
+	if err := s.Rollback(ctx, "vol-a", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, info, "f") != "one" {
+		t.Fatal("rollback did not restore f")
+	}
+	if _, err := os.Stat(filepath.Join(info.MountPath, "g")); !os.IsNotExist(err) {
+		t.Fatalf("file from after the snapshot survived rollback: %v", err)
+	}
+	list, _ := s.ListSnapshots(ctx, "vol-a")
+	if len(list) != 1 || list[0].Name != "s1" {
+		t.Fatalf("snapshots after rollback: %+v", list)
+	}
+}
+
+func abortedStream(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "big", string(bytes.Repeat([]byte("ferry"), 200_000)))
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Send(ctx, ports.SendRequest{Volume: "src", To: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatalf("reading the stream's start: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	err = s.Receive(ctx, "dst", bytes.NewReader(head))
+	if err == nil {
+		t.Fatal("a truncated stream was received")
+	}
+	_, err = s.GetVolume(ctx, "dst")
+	wantErr(t, "GetVolume after a truncated receive", err, ports.ErrNotFound)
+	// The source is unharmed and can still be sent whole.
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatalf("full transfer after the aborted one: %v", err)
+	}
+}
+
+func capacityAccounting(t *testing.T, s ports.SnapshotStore) {
+	before, err := s.Capacity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.TotalBytes < PoolBytes/2 || before.AvailableBytes <= 0 || before.AvailableBytes > before.TotalBytes {
+		t.Fatalf("capacity %+v", before)
+	}
+	mustCreate(t, s, "vol-a")
+	after, _ := s.Capacity(ctx)
+	if d := before.AvailableBytes - after.AvailableBytes; d < 32*volume.MiB {
+		t.Fatalf("a 32 MiB volume reduced available bytes by %d", d)
+	}
+}
