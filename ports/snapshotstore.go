@@ -106,8 +106,8 @@ type VolumeInfo struct {
 	// MountSource is how the mount table names the volume's filesystem, so
 	// that a bind mount can be traced back to it.
 	MountSource string
-	Properties     map[string]string // native properties named in CreateOptions
-	Metadata       map[string]string // Ferry metadata keys
+	Properties  map[string]string // native properties named in CreateOptions
+	Metadata    map[string]string // Ferry metadata keys
 }
 
 // SnapshotInfo describes a snapshot.
