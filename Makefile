@@ -34,7 +34,13 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 unit: zfs-up ## unit, contract (memstore and real ZFS) and app tests
 	$(GOTEST) -count=1 ./...
 
-test: lint-layers vet unit ## everything CI runs
+$(TOOLS)/csi-sanity:
+	GOBIN=$(TOOLS) go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)
+
+sanity: build $(TOOLS)/csi-sanity zfs-up ## csi-sanity against ferry on a real ZFS pool (file-backed)
+	tests/sanity/run.sh $(BIN)/ferry $(TOOLS)/csi-sanity
+
+test: lint-layers vet unit sanity ## everything CI runs
 	@echo "make test: all passed"
 
 clean: ## remove build outputs

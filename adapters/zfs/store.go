@@ -25,6 +25,10 @@ type Config struct {
 	ZFS, Zpool string
 }
 
+// maxRootLength leaves room under ZFS's 255-byte name limit for a volume
+// (volume.MaxNameLength) and a snapshot (volume.MaxStoreSnapshotName).
+const maxRootLength = 255 - 2 - volume.MaxNameLength - volume.MaxStoreSnapshotName
+
 // Store is a ports.SnapshotStore on one ZFS pool.
 type Store struct {
 	cfg  Config
@@ -53,6 +57,9 @@ func New(cfg Config) (*Store, error) {
 	root := cfg.Pool
 	if cfg.Parent != "" {
 		root += "/" + cfg.Parent
+	}
+	if len(root) > maxRootLength {
+		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
 	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool}}, nil
 }

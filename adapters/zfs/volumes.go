@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	gozfs "github.com/mistifyio/go-zfs/v3"
 
@@ -99,16 +101,45 @@ func (s *Store) childID(name string) (volume.ID, bool) {
 }
 
 // DestroyVolume destroys the dataset and its snapshots, refusing datasets
-// Ferry does not own.
+// Ferry does not own. It unmounts first: zfs-fuse answers "dataset is busy"
+// to destroying a mounted dataset, and a FUSE mount may stay busy for a
+// moment after a bind mount of it went away, so busy is retried briefly.
 func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.dataset(id)}
-	if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {
-		return fmt.Errorf("destroy volume %s: %w", id, goZFSError(err))
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if uerr := s.unmount(ctx, s.dataset(id)); uerr != nil && !errors.Is(uerr, ports.ErrBusy) {
+			return fmt.Errorf("destroy volume %s: %w", id, uerr)
+		}
+		if err = ds.Destroy(gozfs.DestroyRecursive); err == nil {
+			return nil
+		}
+		err = goZFSError(err)
+		if !errors.Is(err, ports.ErrBusy) {
+			break
+		}
 	}
-	return nil
+	return fmt.Errorf("destroy volume %s: %w", id, err)
+}
+
+// unmount unmounts a dataset; one that is not mounted is fine.
+func (s *Store) unmount(ctx context.Context, dataset string) error {
+	_, err := s.run.zfs(ctx, "unmount", dataset)
+	var ce *CommandError
+	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "not currently mounted") {
+		return nil
+	}
+	return err
 }
 
 // Resize grows (or shrinks, if the data fits) the quota and reservation.

@@ -1,6 +1,8 @@
 package volume
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -12,12 +14,15 @@ import (
 // CreateVolume finds the same dataset without a lookup table.
 type ID string
 
-// MaxNameLength bounds volume and snapshot names. ZFS limits a full name
-// (pool/parent/volume@snapshot) to 255 bytes; 100 + 80 leaves room for the
-// pool, the parent dataset and the snapshot prefix.
+// MaxNameLength bounds volume and snapshot names at 128 bytes, the size
+// CSI recommends for strings. ZFS limits a full name (pool/parent/volume@
+// snapshot) to 255 bytes: 64 for the pool and parent, 128 for the volume
+// and at most 61 for the snapshot part (see SnapshotRef.StoreName) fit.
 const (
-	MaxNameLength         = 100
-	MaxSnapshotNameLength = 80
+	MaxNameLength         = 128
+	MaxSnapshotNameLength = 128
+	// MaxStoreSnapshotName bounds every snapshot name Ferry gives the store.
+	MaxStoreSnapshotName = 61
 )
 
 // ParseID validates a name or volume_id from a request. Accepted: 1 to
@@ -72,8 +77,27 @@ const csiSnapshotPrefix = "csi-"
 // ID returns the CSI snapshot_id.
 func (r SnapshotRef) ID() string { return string(r.Volume) + "@" + r.Name }
 
-// StoreName is the snapshot's name inside the volume's dataset.
-func (r SnapshotRef) StoreName() string { return csiSnapshotPrefix + r.Name }
+// StoreName is the snapshot's name inside the volume's dataset: the CSI
+// name behind a prefix when it is short, else a digest of it (the CSI name
+// is then kept in the snapshot's metadata).
+func (r SnapshotRef) StoreName() string {
+	if len(csiSnapshotPrefix)+len(r.Name) <= shortSnapshotName {
+		return csiSnapshotPrefix + r.Name
+	}
+	return hashedSnapshotPrefix + Digest(r.Name)
+}
+
+const (
+	shortSnapshotName    = 48
+	hashedSnapshotPrefix = "csi-h-"
+)
+
+// Digest is a short, stable fingerprint of s for names that must fit ZFS's
+// limits (32 hex digits of SHA-256).
+func Digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
 
 // ParseSnapshotName validates a CSI snapshot name.
 func ParseSnapshotName(field, s string) (string, error) {
@@ -99,12 +123,20 @@ func ParseSnapshotID(field, s string) (SnapshotRef, error) {
 	return SnapshotRef{Volume: id, Name: name}, nil
 }
 
-// SnapshotRefFromStore returns the CSI snapshot a store snapshot name stands
-// for, and false for snapshots that are not CSI snapshots (replication ones).
-func SnapshotRefFromStore(vol ID, storeName string) (SnapshotRef, bool) {
+// SnapshotRefFromStore returns the CSI snapshot a store snapshot stands for,
+// given its store name and the CSI name recorded with it (may be empty), and
+// false for snapshots that are not CSI snapshots (replication ones).
+func SnapshotRefFromStore(vol ID, storeName, recorded string) (SnapshotRef, bool) {
+	if recorded != "" {
+		ref := SnapshotRef{Volume: vol, Name: recorded}
+		if checkName("snapshot", recorded, MaxSnapshotNameLength) == nil && ref.StoreName() == storeName {
+			return ref, true
+		}
+	}
 	name, ok := strings.CutPrefix(storeName, csiSnapshotPrefix)
-	if !ok || checkName("snapshot", name, MaxSnapshotNameLength) != nil {
+	if !ok || strings.HasPrefix(storeName, hashedSnapshotPrefix) || checkName("snapshot", name, MaxSnapshotNameLength) != nil {
 		return SnapshotRef{}, false
 	}
-	return SnapshotRef{Volume: vol, Name: name}, true
+	ref := SnapshotRef{Volume: vol, Name: name}
+	return ref, ref.StoreName() == storeName
 }

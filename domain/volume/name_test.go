@@ -61,11 +61,21 @@ func TestSnapshotIDsRoundTripAndStayApartFromReplicationSnapshots(t *testing.T) 
 	if ref.StoreName() != "csi-snap-1" {
 		t.Fatalf("StoreName = %q", ref.StoreName())
 	}
-	if back, ok := SnapshotRefFromStore("pvc-1", ref.StoreName()); !ok || back != ref {
+	if back, ok := SnapshotRefFromStore("pvc-1", ref.StoreName(), ""); !ok || back != ref {
 		t.Fatalf("SnapshotRefFromStore = %+v, %v", back, ok)
 	}
-	if _, ok := SnapshotRefFromStore("pvc-1", "ferry-12"); ok {
+	if _, ok := SnapshotRefFromStore("pvc-1", "ferry-12", ""); ok {
 		t.Fatal("a replication snapshot was taken for a CSI snapshot")
+	}
+	long := SnapshotRef{Volume: "pvc-1", Name: strings.Repeat("s", MaxSnapshotNameLength)}
+	if n := long.StoreName(); len(n) > MaxStoreSnapshotName || !strings.HasPrefix(n, "csi-h-") {
+		t.Fatalf("a 128-byte name is stored as %q (%d bytes)", n, len(n))
+	}
+	if back, ok := SnapshotRefFromStore("pvc-1", long.StoreName(), long.Name); !ok || back != long {
+		t.Fatalf("a long name does not come back from its recorded name: %+v %v", back, ok)
+	}
+	if _, ok := SnapshotRefFromStore("pvc-1", long.StoreName(), "other"); ok {
+		t.Fatal("a recorded name that does not match the store name was believed")
 	}
 	for _, bad := range []string{"", "pvc-1", "pvc-1@", "@snap", "a@b@c", "../x@y", "pvc-1@../../z"} {
 		if _, err := ParseSnapshotID("snapshot_id", bad); err == nil {

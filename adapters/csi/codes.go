@@ -1,0 +1,58 @@
+package csi
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// toStatus maps an error from the use cases to the CSI spec's gRPC code.
+// The order matters: the most specific meaning wins (a foreign dataset is a
+// precondition failure even though the store also says it exists).
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var inv *volume.InvalidError
+	code := codes.Internal
+	switch {
+	case errors.As(err, &inv), errors.Is(err, ports.ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, app.ErrUnsupported):
+		code = codes.InvalidArgument
+	case errors.Is(err, app.ErrPending):
+		code = codes.Aborted
+	case errors.Is(err, app.ErrInvalidToken):
+		code = codes.Aborted
+	case errors.Is(err, app.ErrPrecondition), errors.Is(err, ports.ErrNotOwned):
+		code = codes.FailedPrecondition
+	case errors.Is(err, app.ErrIncompatible):
+		code = codes.AlreadyExists
+	case errors.Is(err, volume.ErrOutOfRange):
+		code = codes.OutOfRange
+	case errors.Is(err, ports.ErrNoSpace):
+		code = codes.ResourceExhausted
+	case errors.Is(err, ports.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, ports.ErrBusy):
+		code = codes.FailedPrecondition
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}
+
+func required(field string) error {
+	return status.Error(codes.InvalidArgument, field+" is required")
+}

@@ -1,0 +1,357 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Config is what the use cases know about the process they run in.
+type Config struct {
+	Driver string       // the CSI driver name, written on every volume
+	Node   replica.Node // the node whose store this process drives
+	Pool   string       // the pool the store serves
+}
+
+// Volume context keys: facts fixed at creation, handed to every node call.
+const (
+	ContextReplicationFactor = "replicationFactor"
+	ContextPool              = "pool"
+)
+
+// Controller implements the CSI controller's use cases on the local store.
+//
+// In this stage a volume lives in the pool of the node the controller runs
+// on, and CreateVolume reports that node as its topology; the orchestration
+// stage moves placement to per-volume replica pods.
+type Controller struct {
+	cfg   Config
+	store ports.SnapshotStore
+	locks *Locks
+	log   *zap.Logger
+}
+
+// NewController returns the controller use cases over store.
+func NewController(cfg Config, store ports.SnapshotStore, log *zap.Logger) *Controller {
+	return &Controller{cfg: cfg, store: store, locks: NewLocks(), log: log}
+}
+
+// CreateVolumeRequest is a validated-on-use CreateVolume call.
+type CreateVolumeRequest struct {
+	Name         string
+	Capacity     volume.CapacityRange
+	Capabilities []volume.Capability
+	Parameters   map[string]string
+	// At most one source: a CSI snapshot ID or a volume ID.
+	SourceSnapshotID string
+	SourceVolumeID   string
+}
+
+// Volume is a provisioned volume as the CSI controller reports it.
+type Volume struct {
+	ID               volume.ID
+	CapacityBytes    int64
+	Context          map[string]string
+	Node             replica.Node
+	SourceSnapshotID string
+	SourceVolumeID   string
+}
+
+// CreateVolume provisions a volume, or returns the one a previous identical
+// request made. A request that differs from the first (size, parameters,
+// source) answers ErrIncompatible; nothing is changed by a refused request.
+func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
+	id, err := volume.ParseID("name", req.Name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if err := checkCapabilities(req.Capabilities); err != nil {
+		return Volume{}, err
+	}
+	params, err := volume.ParseParams(req.Parameters)
+	if err != nil {
+		return Volume{}, err
+	}
+	if params.Pool != "" && params.Pool != c.cfg.Pool {
+		return Volume{}, &volume.InvalidError{Field: "parameters.pool", Value: params.Pool,
+			Reason: fmt.Sprintf("this driver serves pool %q", c.cfg.Pool)}
+	}
+	size, err := req.Capacity.Choose()
+	if err != nil {
+		return Volume{}, err
+	}
+	if req.SourceSnapshotID != "" && req.SourceVolumeID != "" {
+		return Volume{}, &volume.InvalidError{Field: "volume_content_source", Reason: "give a snapshot or a volume, not both"}
+	}
+	source := ""
+	switch {
+	case req.SourceSnapshotID != "":
+		source = "snapshot:" + req.SourceSnapshotID
+	case req.SourceVolumeID != "":
+		source = "volume:" + req.SourceVolumeID
+	}
+	meta := map[string]string{
+		ports.MetaVolume:            string(id),
+		ports.MetaName:              req.Name,
+		ports.MetaReplicationFactor: strconv.Itoa(params.ReplicationFactor),
+		ports.MetaParams:            paramsDigest(req.Parameters),
+	}
+	if source != "" {
+		meta[ports.MetaSource] = source
+	}
+	if ns, name := params.Metadata["csi.storage.k8s.io/pvc/namespace"], params.Metadata["csi.storage.k8s.io/pvc/name"]; name != "" {
+		meta[ports.MetaPVC] = ns + "/" + name
+	}
+
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return Volume{}, fmt.Errorf("create volume %s: %w", id, ErrPending)
+	}
+	defer unlock()
+
+	log := c.log.With(zap.String("volume", string(id)))
+	existing, err := c.store.GetVolume(ctx, id)
+	switch {
+	case err == nil && existing.Metadata[ports.MetaName] == "":
+		// A copy that failed between receiving and recording its metadata:
+		// the stream alone made it, so it holds nothing but the source's data.
+		log.Warn("destroying an incomplete copy left by an earlier attempt")
+		if err := c.store.DestroyVolume(ctx, id); err != nil {
+			return Volume{}, err
+		}
+	case err == nil:
+		if !req.Capacity.Fits(existing.CapacityBytes) || existing.Metadata[ports.MetaParams] != meta[ports.MetaParams] ||
+			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
+			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], ErrIncompatible)
+		}
+		return c.volume(existing, params, req), nil
+	case errors.Is(err, ports.ErrNotOwned):
+		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, ErrPrecondition)
+	case !errors.Is(err, ports.ErrNotFound):
+		return Volume{}, err
+	}
+
+	var info ports.VolumeInfo
+	switch {
+	case req.SourceSnapshotID != "":
+		info, err = c.copyFromSnapshot(ctx, id, req.SourceSnapshotID, size, meta)
+	case req.SourceVolumeID != "":
+		info, err = c.copyFromVolume(ctx, id, req.SourceVolumeID, size, meta)
+	default:
+		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: size, Properties: params.Properties, Metadata: meta})
+	}
+	if err != nil {
+		return Volume{}, err
+	}
+	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
+		zap.Int("replicationFactor", params.ReplicationFactor))
+	return c.volume(info, params, req), nil
+}
+
+func (c *Controller) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
+	return Volume{
+		ID:            info.ID,
+		CapacityBytes: info.CapacityBytes,
+		Context: map[string]string{
+			ContextReplicationFactor: info.Metadata[ports.MetaReplicationFactor],
+			ContextPool:              c.cfg.Pool,
+		},
+		Node:             c.cfg.Node,
+		SourceSnapshotID: req.SourceSnapshotID,
+		SourceVolumeID:   req.SourceVolumeID,
+	}
+}
+
+// paramsDigest fingerprints the StorageClass parameters so that a retried
+// CreateVolume can be told from a conflicting one.
+func paramsDigest(p map[string]string) string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\n", k, p[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func checkCapabilities(caps []volume.Capability) error {
+	if len(caps) == 0 {
+		return &volume.InvalidError{Field: "volume_capabilities", Reason: "at least one capability is required"}
+	}
+	for _, c := range caps {
+		if ok, why := c.Supported(); !ok {
+			return fmt.Errorf("%s: %w", why, ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// DeleteVolume destroys a volume. A volume that does not exist (or an ID
+// no volume can have) is already deleted. A volume with CSI snapshots is
+// kept (ErrPrecondition): destroying it would destroy them.
+func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
+	if volumeID == "" {
+		return &volume.InvalidError{Field: "volume_id", Reason: "must not be empty"}
+	}
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return nil // no volume can have this ID
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return fmt.Errorf("delete volume %s: %w", id, ErrPending)
+	}
+	defer unlock()
+	snaps, err := c.store.ListSnapshots(ctx, id)
+	switch {
+	case errors.Is(err, ports.ErrNotFound):
+		return nil
+	case errors.Is(err, ports.ErrNotOwned):
+		return fmt.Errorf("volume %s: %w: %w", id, ErrPrecondition, err)
+	case err != nil:
+		return err
+	}
+	for _, s := range snaps {
+		if ref, ok := volume.SnapshotRefFromStore(id, s.Name, s.Metadata[ports.MetaSnapshotName]); ok {
+			return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), ErrPrecondition)
+		}
+	}
+	if err := c.store.DestroyVolume(ctx, id); err != nil {
+		if errors.Is(err, ports.ErrNotFound) {
+			return nil
+		}
+		if errors.Is(err, ports.ErrBusy) {
+			return fmt.Errorf("volume %s is in use: %w: %w", id, ErrPrecondition, err)
+		}
+		return err
+	}
+	c.log.Info("volume deleted", zap.String("volume", string(id)))
+	return nil
+}
+
+// ExpandVolume grows a volume to fit the range; a volume already as large is
+// left as it is. ZFS filesystems need no node-side step.
+func (c *Controller) ExpandVolume(ctx context.Context, volumeID string, r volume.CapacityRange) (int64, error) {
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return 0, err
+	}
+	size, err := r.Choose()
+	if err != nil {
+		return 0, err
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return 0, fmt.Errorf("expand volume %s: %w", id, ErrPending)
+	}
+	defer unlock()
+	info, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if info.CapacityBytes >= size {
+		return info.CapacityBytes, nil
+	}
+	if err := c.store.Resize(ctx, id, size); err != nil {
+		return 0, err
+	}
+	c.log.Info("volume expanded", zap.String("volume", string(id)), zap.Int64("from", info.CapacityBytes), zap.Int64("bytes", size))
+	return size, nil
+}
+
+// ValidateCapabilities reports whether the volume supports every
+// capability: confirmed is false (with a reason) when one is not.
+func (c *Controller) ValidateCapabilities(ctx context.Context, volumeID string, caps []volume.Capability, params map[string]string) (confirmed bool, reason string, err error) {
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return false, "", err
+	}
+	if len(caps) == 0 {
+		return false, "", &volume.InvalidError{Field: "volume_capabilities", Reason: "at least one capability is required"}
+	}
+	if _, err := c.store.GetVolume(ctx, id); err != nil {
+		return false, "", err
+	}
+	if _, err := volume.ParseParams(params); err != nil {
+		return false, err.Error(), nil
+	}
+	for _, cp := range caps {
+		if ok, why := cp.Supported(); !ok {
+			return false, why, nil
+		}
+	}
+	return true, "", nil
+}
+
+// Capacity is the space available for new volumes in the local pool.
+func (c *Controller) Capacity(ctx context.Context, params map[string]string) (int64, error) {
+	p, err := volume.ParseParams(params)
+	if err != nil {
+		return 0, err
+	}
+	if p.Pool != "" && p.Pool != c.cfg.Pool {
+		return 0, nil
+	}
+	pc, err := c.store.Capacity(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return pc.AvailableBytes, nil
+}
+
+// ListVolumes pages through the volumes by ID: the token is the last ID
+// returned, so deletions between pages do not skip entries.
+func (c *Controller) ListVolumes(ctx context.Context, maxEntries int, startingToken string) ([]Volume, string, error) {
+	if maxEntries < 0 {
+		return nil, "", &volume.InvalidError{Field: "max_entries", Reason: "must not be negative"}
+	}
+	all, err := c.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	vols := make([]Volume, 0, len(all))
+	for _, v := range all {
+		vols = append(vols, c.volume(v, volume.Params{}, CreateVolumeRequest{}))
+	}
+	return page(vols, maxEntries, startingToken, func(v Volume) string { return string(v.ID) })
+}
+
+// page returns the entries after token (entries are sorted by key), at
+// most max of them (0: all), and the token of the next page. A token is
+// "after/<key>": '/' never occurs in a key, so no name can pass for one.
+func page[T any](entries []T, max int, token string, key func(T) string) ([]T, string, error) {
+	if token != "" {
+		after, ok := strings.CutPrefix(token, tokenPrefix)
+		if !ok || after == "" {
+			return nil, "", fmt.Errorf("starting_token %q: %w", token, ErrInvalidToken)
+		}
+		start := sort.Search(len(entries), func(i int) bool { return key(entries[i]) > after })
+		entries = entries[start:]
+	}
+	if max > 0 && len(entries) > max {
+		return entries[:max], tokenPrefix + key(entries[max-1]), nil
+	}
+	return entries, "", nil
+}
+
+const tokenPrefix = "after/"
+
+// ErrInvalidToken: a pagination token this driver did not hand out.
+var ErrInvalidToken = errors.New("invalid pagination token")
+
+// Node is the node whose pool this controller provisions from.
+func (c *Controller) Node() replica.Node { return c.cfg.Node }

@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// copyFromSnapshot makes volume id a full, independent copy of a CSI
+// snapshot by streaming it through the store (send | receive), the same path
+// replication uses. A clone would be faster but would pin the snapshot: it
+// could not be deleted while the volume lives.
+func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapshotID string, size int64, meta map[string]string) (ports.VolumeInfo, error) {
+	ref, err := volume.ParseSnapshotID("volume_content_source.snapshot.snapshot_id", snapshotID)
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
+	}
+	snap, err := c.findSnapshot(ctx, ref)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if snap.SizeBytes > size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, size)
+	}
+	return c.copy(ctx, id, ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()}, size, meta)
+}
+
+// copyFromVolume copies a volume through a temporary snapshot of it.
+func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID string, size int64, meta map[string]string) (ports.VolumeInfo, error) {
+	src, err := volume.ParseID("volume_content_source.volume.volume_id", sourceID)
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(src))
+	if !ok {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, ErrPending)
+	}
+	defer unlock()
+	info, err := c.store.GetVolume(ctx, src)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if info.CapacityBytes > size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, info.CapacityBytes, size)
+	}
+	tmp := "copy-" + volume.Digest(string(id))
+	// A snapshot left by an interrupted attempt is stale: take a fresh one.
+	if err := c.store.DestroySnapshot(ctx, src, tmp); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return ports.VolumeInfo{}, err
+	}
+	if _, err := c.store.CreateSnapshot(ctx, src, tmp, nil); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer func() {
+		if err := c.store.DestroySnapshot(context.WithoutCancel(ctx), src, tmp); err != nil {
+			c.log.Warn("temporary snapshot not destroyed", zap.String("volume", string(src)), zap.String("snapshot", tmp), zap.Error(err))
+		}
+	}()
+	return c.copy(ctx, id, ports.SendRequest{Volume: src, To: tmp}, size, meta)
+}
+
+// copy streams req into a new volume id, drops the snapshot the stream
+// brought, then sets the size and the metadata; on any failure it destroys
+// what it made. Metadata goes last: a volume without its name is recognised
+// as an incomplete copy by a retried CreateVolume.
+func (c *Controller) copy(ctx context.Context, id volume.ID, req ports.SendRequest, size int64, meta map[string]string) (info ports.VolumeInfo, err error) {
+	stream, err := c.store.Send(ctx, req)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer stream.Close()
+	if err := c.store.Receive(ctx, id, stream); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer func() {
+		if err != nil {
+			if derr := c.store.DestroyVolume(context.WithoutCancel(ctx), id); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up the partial copy: %w", derr))
+			}
+		}
+	}()
+	if err := c.store.DestroySnapshot(ctx, id, req.To); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.Resize(ctx, id, size); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.SetMetadata(ctx, id, meta); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	return c.store.GetVolume(ctx, id)
+}

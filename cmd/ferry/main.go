@@ -1,0 +1,132 @@
+// Command ferry is Ferry's one binary. Its mode is its first argument:
+//
+//	ferry daemon          CSI node service on every node (DaemonSet)
+//	ferry controller      CSI controller service (Deployment, with the sidecars)
+//	ferry volume-manager  one replica of one volume on one node
+//
+// Each mode is an fx application assembled from the modules in modules.go;
+// `ferry MODE --help` lists its flags with their defaults.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/fx"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+type mode struct {
+	name, summary string
+	flags         func(*flag.FlagSet) *Options
+	app           func(*Options) fx.Option
+}
+
+var modes = []mode{
+	{"daemon", "serve the CSI node service on this node (DaemonSet)", daemonFlags, daemonApp},
+	{"controller", "serve the CSI controller service (Deployment behind the kubernetes-csi sidecars)", controllerFlags, controllerApp},
+	{"volume-manager", "manage one replica of one volume on this node", volumeManagerFlags, volumeManagerApp},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "ferry %s: node-local ZFS volumes for Kubernetes, replicated between nodes by snapshots.\n\n", version)
+	fmt.Fprintf(w, "Usage: ferry MODE [flags]\n\nModes:\n")
+	for _, m := range modes {
+		fmt.Fprintf(w, "  %-15s %s\n", m.name, m.summary)
+	}
+	fmt.Fprintf(w, "\nFlags of every mode:\n")
+	fs := flag.NewFlagSet("ferry", flag.ContinueOnError)
+	commonFlags(fs)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nRun 'ferry MODE --help' for the flags of a mode.\n")
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return 0
+	case "version", "--version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	for _, m := range modes {
+		if m.name != args[0] {
+			continue
+		}
+		fs := flag.NewFlagSet("ferry "+m.name, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		opts := m.flags(fs)
+		fs.Usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage: ferry %s [flags]\n\n%s.\n\nFlags:\n", m.name, m.summary)
+			fs.PrintDefaults()
+		}
+		for _, a := range args[1:] {
+			if a == "-h" || a == "-help" || a == "--help" {
+				fs.SetOutput(stdout)
+				fs.Usage()
+				return 0
+			}
+		}
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "ferry %s: unexpected arguments %q\n", m.name, fs.Args())
+			return 2
+		}
+		if err := opts.validate(m.name); err != nil {
+			fmt.Fprintf(stderr, "ferry %s: %v\n", m.name, err)
+			return 2
+		}
+		return runApp(fx.New(m.app(opts)), opts.StopTimeout, stderr)
+	}
+	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// runApp starts the application, waits for SIGTERM or SIGINT, and stops it
+// within stopTimeout: calls in flight finish, sockets are removed.
+func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer) int {
+	if err := app.Err(); err != nil {
+		fmt.Fprintf(stderr, "ferry: %v\n", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		fmt.Fprintf(stderr, "ferry: start: %v\n", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var code int
+	select {
+	case <-sig:
+	case s := <-app.Wait():
+		code = s.ExitCode
+	}
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel2()
+	if err := app.Stop(stopCtx); err != nil {
+		fmt.Fprintf(stderr, "ferry: stop: %v\n", err)
+		return 1
+	}
+	return code
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/ferry-csi/ferry/adapters/csi"
+	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/adapters/mount"
+	"github.com/ferry-csi/ferry/adapters/zfs"
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// base is in every mode: options, logger (also fx's own), app config.
+func base(o *Options, mode string) fx.Option {
+	return fx.Options(
+		fx.Supply(o),
+		fx.Provide(func() (*zap.Logger, error) { return newLogger(o, mode) }),
+		fx.WithLogger(func(log *zap.Logger) fxevent.Logger {
+			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
+			l.UseLogLevel(zapcore.DebugLevel)
+			return l
+		}),
+		fx.Provide(func() app.Config {
+			return app.Config{Driver: o.DriverName, Node: replica.Node(o.NodeID), Pool: o.Pool}
+		}),
+	)
+}
+
+func newLogger(o *Options, mode string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(o.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	cfg := zap.NewProductionConfig()
+	if o.LogFormat == "console" {
+		cfg = zap.NewDevelopmentConfig()
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	log, err := cfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	return log.With(zap.String("mode", mode), zap.String("node", o.NodeID)), nil
+}
+
+// storeModule provides ports.SnapshotStore: the ZFS pool, or a directory.
+func storeModule(o *Options) fx.Option {
+	if o.Store == "memory" {
+		return fx.Provide(fx.Annotate(
+			func() *memstore.Store { return memstore.New(o.MemoryDir, 100*volume.GiB, 1) },
+			fx.As(new(ports.SnapshotStore))))
+	}
+	return fx.Provide(fx.Annotate(
+		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
+			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: o.DriverName, ZFS: o.ZFSBin, Zpool: o.ZpoolBin})
+			if err != nil {
+				return nil, err
+			}
+			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
+				if err := s.Open(ctx); err != nil {
+					return err
+				}
+				log.Info("zfs store open", zap.String("pool", o.Pool), zap.String("dataset", s.Root()))
+				return nil
+			}})
+			return s, nil
+		},
+		fx.As(new(ports.SnapshotStore))))
+}
+
+// csiServer serves the CSI services on the endpoint; its hooks start the
+// server in the background and stop it gracefully.
+func csiServer(lc fx.Lifecycle, o *Options, log *zap.Logger, svc csiServices) *csi.Server {
+	srv := csi.NewServer(log.Named("csi"), svc.identity, svc.controller, svc.node)
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			l, err := srv.Listen(o.CSIEndpoint)
+			if err != nil {
+				return fmt.Errorf("csi endpoint: %w", err)
+			}
+			go func() {
+				if err := srv.Serve(l); err != nil && err != net.ErrClosed {
+					log.Error("csi server stopped", zap.Error(err))
+				}
+			}()
+			log.Info("serving csi", zap.String("endpoint", o.CSIEndpoint))
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			srv.Stop(ctx)
+			log.Info("csi server stopped")
+			return nil
+		},
+	})
+	return srv
+}
+
+// csiServices are the CSI services a mode serves; nil ones are not served.
+type csiServices struct {
+	identity   *csi.Identity
+	controller *csi.Controller
+	node       *csi.Node
+}
+
+func identity(o *Options, store ports.SnapshotStore) *csi.Identity {
+	return &csi.Identity{Name: o.DriverName, Version: version,
+		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
+}
+
+func daemonApp(o *Options) fx.Option {
+	return fx.Options(
+		base(o, "daemon"),
+		storeModule(o),
+		fx.Provide(
+			func() ports.Mounter { return mount.Linux{} },
+			app.NewNode,
+			func(uc *app.Node, s ports.SnapshotStore) csiServices {
+				return csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
+			},
+			csiServer,
+		),
+		fx.Invoke(func(*csi.Server) {}),
+	)
+}
+
+func controllerApp(o *Options) fx.Option {
+	return fx.Options(
+		base(o, "controller"),
+		storeModule(o),
+		fx.Provide(
+			app.NewController,
+			func(uc *app.Controller, s ports.SnapshotStore) csiServices {
+				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}
+			},
+			csiServer,
+		),
+		fx.Invoke(func(*csi.Server) {}),
+	)
+}
+
+func volumeManagerApp(o *Options) fx.Option {
+	return fx.Options(
+		base(o, "volume-manager"),
+		storeModule(o),
+		fx.Provide(func(cfg app.Config, s ports.SnapshotStore) (*app.VolumeManager, error) {
+			id, err := volume.ParseID("--volume", o.Volume)
+			if err != nil {
+				return nil, err
+			}
+			return app.NewVolumeManager(cfg, id, s), nil
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, m *app.VolumeManager, log *zap.Logger) {
+			log = log.With(zap.String("volume", o.Volume))
+			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
+				r, err := m.LocalReplica(ctx)
+				if err != nil {
+					return err
+				}
+				log.Info("local replica read", zap.Uint64("snapshot", uint64(r.Snapshot)), zap.Uint64("epoch", uint64(r.SnapshotEpoch)))
+				return nil
+			}})
+		}),
+	)
+}
