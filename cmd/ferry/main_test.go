@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+)
+
+func TestEveryModeWiresUpWithFx(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+			o := m.flags(fs)
+			args := []string{"--node-id=n1", "--store=memory", "--memory-dir=" + t.TempDir()}
+			if m.name == "volume-manager" {
+				args = append(args, "--volume=v1")
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(m.name); err != nil {
+				t.Fatal(err)
+			}
+			if err := fx.ValidateApp(m.app(o)); err != nil {
+				t.Fatalf("fx graph of %s: %v", m.name, err)
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryModeAndEveryFlagWithItsDefault(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("ferry --help exited %d: %s", code, errOut.String())
+	}
+	for _, m := range modes {
+		if !strings.Contains(out.String(), m.name) {
+			t.Errorf("ferry --help does not mention mode %s", m.name)
+		}
+	}
+	for _, m := range modes {
+		out.Reset()
+		if code := run([]string{m.name, "--help"}, &out, &errOut); code != 0 {
+			t.Fatalf("ferry %s --help exited %d", m.name, code)
+		}
+		fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+		m.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if !strings.Contains(out.String(), "-"+f.Name) {
+				t.Errorf("ferry %s --help does not list -%s", m.name, f.Name)
+			}
+			if f.DefValue != "" && !strings.Contains(out.String(), f.DefValue) {
+				t.Errorf("ferry %s --help does not show the default %q of -%s", m.name, f.DefValue, f.Name)
+			}
+		})
+	}
+}
+
+func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
+	cases := [][]string{{}, {"bogus"}, {"daemon"}, {"daemon", "--node-id=n", "--store=nfs"}, {"volume-manager", "--node-id=n"}, {"daemon", "--node-id=n", "extra"}}
+	for _, args := range cases {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 2 || errOut.Len() == 0 {
+			t.Errorf("ferry %v: exit %d, stderr %q; want 2 with a reason", args, code, errOut.String())
+		}
+	}
+}
