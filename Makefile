@@ -40,6 +40,9 @@ $(TOOLS)/csi-sanity:
 sanity: build $(TOOLS)/csi-sanity zfs-up ## csi-sanity against ferry on a real ZFS pool (file-backed)
 	tests/sanity/run.sh $(BIN)/ferry $(TOOLS)/csi-sanity
 
+demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI client walking a volume's life
+	go run ./tests/demo -ferry $(BIN)/ferry
+
 test: lint-layers vet unit sanity ## everything CI runs
 	@echo "make test: all passed"
 

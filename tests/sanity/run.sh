@@ -18,7 +18,13 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  zpool destroy -f "$pool" 2>/dev/null || true
+  # zfs-fuse says "pool is busy" for a moment after its last user went away.
+  for _ in $(seq 1 50); do
+    zpool list "$pool" >/dev/null 2>&1 || break
+    zpool destroy -f "$pool" 2>/dev/null && break
+    sleep 0.2
+  done
+  if zpool list "$pool" >/dev/null 2>&1; then echo "sanity: pool $pool could not be destroyed" >&2; fi
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Dir holds the pools' backing files and mount points.
@@ -79,12 +80,24 @@ func CreatePool(name, size string) (*Pool, error) {
 	return &Pool{Name: name, File: file}, nil
 }
 
-// Destroy destroys the pool and removes its file.
+// Destroy destroys the pool and removes its file. zfs-fuse answers "pool
+// is busy" for a moment after the last dataset was unmounted or its user
+// exited, so busy is retried for up to ten seconds.
 func (p *Pool) Destroy() error {
-	if out, err := exec.Command("zpool", "destroy", "-f", p.Name).CombinedOutput(); err != nil {
-		return &cmdError{"zpool destroy " + p.Name, err, out}
+	var last error
+	for i := 0; i < 50; i++ {
+		out, err := exec.Command("zpool", "destroy", "-f", p.Name).CombinedOutput()
+		if err == nil {
+			_ = os.Remove(filepath.Join(Dir, "mnt", p.Name))
+			return os.Remove(p.File)
+		}
+		last = &cmdError{"zpool destroy " + p.Name, err, out}
+		if !strings.Contains(string(out), "busy") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return os.Remove(p.File)
+	return last
 }
 
 // ZFS runs a zfs command for a test's setup and fails the test on error.
