@@ -20,7 +20,11 @@ type ClusterState interface {
 	// conflict it re-reads and runs fn again, up to a bounded number of
 	// times, then returns ErrConflict. fn must be a pure function of its
 	// argument: it may run several times. An error from fn aborts without
-	// writing and is returned as is. The written state is returned.
+	// writing and is returned as is. fn is not called when the state does
+	// not exist (ErrNotFound). A result that fails State.Validate, or that
+	// changes State.Volume, is refused with ErrInvalid. The written state
+	// is returned; callers must not rely on its Version changing when fn
+	// changed nothing (Kubernetes skips such writes).
 	Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error)
 	// Delete removes the state; ErrNotFound if absent.
 	Delete(ctx context.Context, id volume.ID) error

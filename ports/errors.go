@@ -22,4 +22,7 @@ var (
 	// ErrNotOwned: the object exists but Ferry did not create it; Ferry
 	// never reads, changes or serves it.
 	ErrNotOwned = errors.New("not owned by ferry")
+	// ErrUnavailable: a peer or service did not answer; the same call may
+	// succeed later or against another peer.
+	ErrUnavailable = errors.New("unavailable")
 )

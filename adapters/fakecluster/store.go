@@ -1,0 +1,158 @@
+package fakecluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// maxAttempts bounds Update's read-run-compare loop: past it, Update gives up
+// with ErrConflict rather than starve the caller under heavy contention.
+const maxAttempts = 16
+
+// Store is an in-memory ClusterState, safe for concurrent use.
+type Store struct {
+	mu sync.Mutex
+	// states holds private copies: nothing handed out shares their Replicas.
+	states map[volume.ID]replica.State
+	// version counts writes across the whole store, like a resourceVersion:
+	// a state deleted and created again never reuses an old version.
+	version     uint64
+	beforeWrite func()
+}
+
+var _ ports.ClusterState = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store { return &Store{states: map[volume.ID]replica.State{}} }
+
+// BeforeWrite installs a hook that Update calls after fn ran and before it
+// compares versions, without holding the store's lock: a test may write
+// there (even through Update; the hook is called again for that write) to
+// land a concurrent writer exactly in the window a CAS must detect. nil
+// removes the hook.
+func (s *Store) BeforeWrite(hook func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beforeWrite = hook
+}
+
+func (s *Store) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	if err := ctx.Err(); err != nil {
+		return replica.State{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.states[id]
+	if !ok {
+		return replica.State{}, fmt.Errorf("cluster state of volume %s: %w", id, ports.ErrNotFound)
+	}
+	return clone(st), nil
+}
+
+func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, error) {
+	if err := ctx.Err(); err != nil {
+		return replica.State{}, err
+	}
+	if err := check(&st); err != nil {
+		return replica.State{}, fmt.Errorf("create cluster state of volume %s: %w", st.Volume, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.states[st.Volume]; ok {
+		return replica.State{}, fmt.Errorf("create cluster state of volume %s: %w", st.Volume, ports.ErrExists)
+	}
+	return s.store(st), nil
+}
+
+// Update is an optimistic compare-and-swap loop; see ports.ClusterState.
+// Validation happens after the compare, so that a result made invalid only
+// by a stale read is retried on fresh data instead of refused.
+func (s *Store) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
+	for range maxAttempts {
+		read, err := s.Get(ctx, id) // also where a cancelled ctx stops the loop
+		if err != nil {
+			return replica.State{}, err
+		}
+		next := clone(read)
+		if err := fn(&next); err != nil {
+			return replica.State{}, err // as is: callers match their own errors
+		}
+		if next.Volume != id {
+			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn renamed it to %q: %w", id, next.Volume, ports.ErrInvalid)
+		}
+		s.mu.Lock()
+		hook := s.beforeWrite
+		s.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+		written, ok, err := s.compareAndSwap(read.Version, next)
+		if err != nil || ok {
+			return written, err
+		}
+	}
+	return replica.State{}, fmt.Errorf("update cluster state of volume %s: gave up after %d attempts: %w", id, maxAttempts, ports.ErrConflict)
+}
+
+// compareAndSwap writes next if the stored state is still at version read;
+// ok is false when someone wrote (or deleted) in between.
+func (s *Store) compareAndSwap(read string, next replica.State) (written replica.State, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, found := s.states[next.Volume]
+	if !found || cur.Version != read {
+		return replica.State{}, false, nil
+	}
+	if err := check(&next); err != nil {
+		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
+	}
+	return s.store(next), true, nil
+}
+
+func (s *Store) Delete(ctx context.Context, id volume.ID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.states[id]; !ok {
+		return fmt.Errorf("delete cluster state of volume %s: %w", id, ports.ErrNotFound)
+	}
+	delete(s.states, id)
+	return nil
+}
+
+// store saves a copy of st under a new version, whatever version st carried,
+// and returns another copy. The caller holds s.mu.
+func (s *Store) store(st replica.State) replica.State {
+	s.version++
+	st = clone(st)
+	st.Version = strconv.FormatUint(s.version, 10)
+	s.states[st.Volume] = st
+	return clone(st)
+}
+
+// check refuses what no stored state may be, as ErrInvalid.
+func check(st *replica.State) error {
+	if st.Volume == "" {
+		return fmt.Errorf("state names no volume: %w", ports.ErrInvalid)
+	}
+	if err := st.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ports.ErrInvalid, err)
+	}
+	return nil
+}
+
+// clone copies st deeply: Replica holds only values, so copying the slice
+// is enough for callers and the store never to share memory.
+func clone(st replica.State) replica.State {
+	st.Replicas = slices.Clone(st.Replicas)
+	return st
+}

@@ -1,0 +1,71 @@
+package faketransport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// ErrUnreachable: the node is cut off from the network or unknown to it.
+// A real transport fails the same way when the peer does not answer;
+// retrying later may succeed.
+var ErrUnreachable = fmt.Errorf("node unreachable: %w", ports.ErrUnavailable)
+
+// Network is a simulated network of nodes, safe for concurrent use.
+type Network struct {
+	mu     sync.Mutex
+	stores map[replica.Node]ports.SnapshotStore
+	cut    map[replica.Node]bool
+}
+
+var _ ports.Transport = (*Network)(nil)
+
+// New returns a network without nodes.
+func New() *Network {
+	return &Network{stores: map[replica.Node]ports.SnapshotStore{}, cut: map[replica.Node]bool{}}
+}
+
+// Add registers (or replaces) the store that serves node's streams. It
+// leaves a cut in place: a node replaced while partitioned stays so.
+func (n *Network) Add(node replica.Node, store ports.SnapshotStore) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stores[node] = store
+}
+
+// Cut partitions node off: later Fetches from it answer ErrUnreachable.
+// Streams already handed out are not interrupted.
+func (n *Network) Cut(node replica.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cut[node] = true
+}
+
+// Heal ends a partition made by Cut.
+func (n *Network) Heal(node replica.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.cut, node)
+}
+
+// Fetch asks node's store for req's stream, with that store's errors
+// (ErrNotFound, ErrNotOwned) passed through as a remote peer would report
+// them. The store is called without holding the network's lock, so a slow
+// peer never blocks the others.
+func (n *Network) Fetch(ctx context.Context, node replica.Node, req ports.SendRequest) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	store, known := n.stores[node]
+	cut := n.cut[node]
+	n.mu.Unlock()
+	if !known || cut {
+		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, ErrUnreachable)
+	}
+	return store.Send(ctx, req)
+}
