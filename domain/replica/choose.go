@@ -1,0 +1,76 @@
+package replica
+
+import "errors"
+
+// Errors of the rules that change the state.
+var (
+	// ErrUnsafe: the change would leave fewer copies than the rules allow.
+	ErrUnsafe = errors.New("unsafe: not enough up-to-date replicas")
+	// ErrPrimaryActive: another replica is the active primary.
+	ErrPrimaryActive = errors.New("another replica is the active primary")
+	// ErrBehind: the replica does not hold the newest snapshot.
+	ErrBehind = errors.New("replica is behind the newest snapshot")
+	// ErrUnknownReplica: the node has no entry in the replica list.
+	ErrUnknownReplica = errors.New("no replica on that node")
+	// ErrFenced: the replica acts for an epoch that has ended.
+	ErrFenced = errors.New("fenced: a newer primary has taken over")
+)
+
+// newerReplica orders replicas by their newest snapshot, (epoch, number).
+func newerReplica(a, b Replica) bool {
+	return Snap{Number: a.Snapshot, Epoch: a.SnapshotEpoch}.Newer(Snap{Number: b.Snapshot, Epoch: b.SnapshotEpoch})
+}
+
+// NewestReplica is the replica holding the newest snapshot; ties go to the
+// lowest node name, so every node computes the same answer.
+func (s *State) NewestReplica() (Replica, bool) {
+	var best Replica
+	found := false
+	for _, r := range s.Replicas { // sorted by node: the first of equals wins
+		if r.Snapshot == 0 {
+			continue
+		}
+		if !found || newerReplica(r, best) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// ChooseSource picks the peer a replica on self should fetch from: the
+// newest replica other than itself, if it is newer than self. Ties are
+// broken by node name.
+func ChooseSource(s State, self Node) (Replica, bool) {
+	me, _ := s.Replica(self)
+	var best Replica
+	found := false
+	for _, r := range s.Replicas {
+		if r.Node == self || r.Snapshot == 0 || !newerReplica(r, me) {
+			continue
+		}
+		if !found || newerReplica(r, best) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// IsReady says whether replica r is close enough to the newest snapshot to
+// take over: the same epoch as the newest and at most lag snapshots behind.
+func IsReady(s State, r Replica, lag uint64) bool {
+	n, ok := s.NewestReplica()
+	if !ok {
+		return true // nobody holds data: nothing to be behind
+	}
+	return r.SnapshotEpoch == n.SnapshotEpoch && uint64(r.Snapshot)+lag >= uint64(n.Snapshot)
+}
+
+// NextSnapshot is the number the primary gives its next snapshot: above
+// every number any replica reported, so numbers never repeat in the list.
+func (s *State) NextSnapshot() SnapshotNumber {
+	var n SnapshotNumber
+	for _, r := range s.Replicas {
+		n = max(n, r.Snapshot)
+	}
+	return n + 1
+}

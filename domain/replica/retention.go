@@ -1,0 +1,25 @@
+package replica
+
+// Retain decides which of a replica's snapshots to destroy: it keeps the
+// newest keep snapshots, and every snapshot some replica reported as its
+// newest (its base for the next incremental: destroying it would force
+// that replica into a full resync). A base is released only once its
+// replica has confirmed a newer snapshot by reporting it. The newest local
+// snapshot is always kept.
+func Retain(local []Snap, s State, keep int) (destroy []Snap) {
+	local = sorted(local)
+	needed := map[Snap]bool{}
+	for _, r := range s.Replicas {
+		if r.Snapshot != 0 {
+			needed[Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch}] = true
+		}
+	}
+	keep = max(keep, 1)
+	for i, sn := range local {
+		if i >= len(local)-keep || needed[Snap{Number: sn.Number, Epoch: sn.Epoch}] {
+			continue
+		}
+		destroy = append(destroy, sn)
+	}
+	return destroy
+}

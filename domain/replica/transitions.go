@@ -1,0 +1,100 @@
+package replica
+
+import (
+	"fmt"
+	"sort"
+)
+
+// The functions below are the only ways the replica list changes. Each is
+// meant to run inside ClusterState.Update, so it sees the newest state and
+// its result is written only if nobody wrote in between.
+
+// Join adds node to the list with no data (snapshot 0), if it is not there.
+func Join(s *State, node Node) {
+	if _, ok := s.Replica(node); ok {
+		return
+	}
+	s.Replicas = append(s.Replicas, Replica{Node: node})
+	sort.Slice(s.Replicas, func(i, j int) bool { return s.Replicas[i].Node < s.Replicas[j].Node })
+}
+
+// Report records the newest snapshot node holds, as the replica read it
+// from its store (it goes backwards after a rollback: the list says what
+// is, not what was). A snapshot from an epoch after the volume's is
+// impossible and refused.
+func Report(s *State, node Node, snap Snap, ready bool) error {
+	i := s.index(node)
+	if i < 0 {
+		return fmt.Errorf("report from %s: %w", node, ErrUnknownReplica)
+	}
+	if snap.Epoch > s.Epoch {
+		return fmt.Errorf("report from %s: snapshot %d of epoch %d is after the volume's epoch %d", node, snap.Number, snap.Epoch, s.Epoch)
+	}
+	r := &s.Replicas[i]
+	r.Snapshot, r.SnapshotEpoch, r.Ready = snap.Number, snap.Epoch, ready
+	return nil
+}
+
+// Promote makes node the single active primary of a new epoch. It must
+// hold the newest snapshot, and no other replica may be active.
+func Promote(s *State, node Node) error {
+	i := s.index(node)
+	if i < 0 {
+		return fmt.Errorf("promote %s: %w", node, ErrUnknownReplica)
+	}
+	for _, r := range s.Replicas {
+		if r.Active && r.Node != node {
+			return fmt.Errorf("promote %s: %s is active in epoch %d: %w", node, r.Node, s.Epoch, ErrPrimaryActive)
+		}
+	}
+	if s.Replicas[i].Active && s.Primary == node {
+		return nil // already the active primary: publishing again is a no-op
+	}
+	if n, ok := s.NewestReplica(); ok && newerReplica(n, s.Replicas[i]) {
+		return fmt.Errorf("promote %s: holds %d of epoch %d, newest is %d of epoch %d on %s: %w",
+			node, s.Replicas[i].Snapshot, s.Replicas[i].SnapshotEpoch, n.Snapshot, n.SnapshotEpoch, n.Node, ErrBehind)
+	}
+	s.Epoch++
+	s.Primary = node
+	s.Replicas[i].Active = true
+	return nil
+}
+
+// Demote marks node's replica inactive if it is the primary of epoch.
+// A primary of an older epoch is fenced: ErrFenced.
+func Demote(s *State, node Node, epoch Epoch) error {
+	if s.Epoch != epoch || s.Primary != node {
+		return fmt.Errorf("demote %s of epoch %d: volume is at epoch %d with primary %q: %w", node, epoch, s.Epoch, s.Primary, ErrFenced)
+	}
+	if i := s.index(node); i >= 0 {
+		s.Replicas[i].Active = false
+	}
+	return nil
+}
+
+// Leave removes node from the list if the safe-deletion rule allows it,
+// and returns the verdict; a refused verdict is ErrUnsafe. Run inside
+// ClusterState.Update: of two replicas leaving at once, the second sees the
+// first gone and is counted against the smaller list.
+func Leave(s *State, node Node, volumeGone bool) (DeletionVerdict, error) {
+	v := CanDestroy(*s, node, volumeGone)
+	if !v.Allowed {
+		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
+	}
+	if i := s.index(node); i >= 0 {
+		if s.Replicas[i].Active {
+			return v, fmt.Errorf("%s is the active primary: %w", node, ErrUnsafe)
+		}
+		s.Replicas = append(s.Replicas[:i], s.Replicas[i+1:]...)
+	}
+	return v, nil
+}
+
+func (s *State) index(n Node) int {
+	for i, r := range s.Replicas {
+		if r.Node == n {
+			return i
+		}
+	}
+	return -1
+}

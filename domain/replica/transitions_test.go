@@ -1,0 +1,108 @@
+package replica
+
+import (
+	"errors"
+	"testing"
+)
+
+func threeReplicas(rf int) State {
+	return State{Volume: "v", ReplicationFactor: rf, Epoch: 1, Replicas: []Replica{
+		{Node: "a", Snapshot: 5, SnapshotEpoch: 1}, {Node: "b", Snapshot: 5, SnapshotEpoch: 1}, {Node: "c", Snapshot: 4, SnapshotEpoch: 1},
+	}}
+}
+
+func TestChooseSourcePrefersTheNewestAndBreaksTiesByName(t *testing.T) {
+	s := threeReplicas(2)
+	if r, ok := ChooseSource(s, "c"); !ok || r.Node != "a" {
+		t.Fatalf("source for c = %+v, %v; want a (tie with b, lower name)", r, ok)
+	}
+	if _, ok := ChooseSource(s, "a"); ok {
+		t.Fatal("a is as new as anyone: it needs no source")
+	}
+	s.Replicas[2] = Replica{Node: "c", Snapshot: 3, SnapshotEpoch: 2}
+	s.Epoch = 2
+	if r, ok := ChooseSource(s, "a"); !ok || r.Node != "c" {
+		t.Fatalf("source for a = %+v, %v; want c (epoch 2 beats a higher number of epoch 1)", r, ok)
+	}
+}
+
+func TestPromoteStartsANewEpochAndRefusesASecondActivePrimary(t *testing.T) {
+	s := threeReplicas(2)
+	if err := Promote(&s, "c"); !errors.Is(err, ErrBehind) {
+		t.Fatalf("promote a replica that is behind: %v, want ErrBehind", err)
+	}
+	if err := Promote(&s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Epoch != 2 || s.Primary != "a" || !s.Replicas[0].Active {
+		t.Fatalf("after promote: %+v", s)
+	}
+	if err := Promote(&s, "a"); err != nil || s.Epoch != 2 {
+		t.Fatalf("promote again is a no-op: %v, epoch %d", err, s.Epoch)
+	}
+	if err := Promote(&s, "b"); !errors.Is(err, ErrPrimaryActive) {
+		t.Fatalf("second primary: %v, want ErrPrimaryActive", err)
+	}
+	if err := Demote(&s, "a", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("demote with an old epoch: %v, want ErrFenced", err)
+	}
+	if err := Demote(&s, "a", 2); err != nil || s.Replicas[0].Active {
+		t.Fatalf("demote: %v, %+v", err, s.Replicas[0])
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaveAppliesTheSafeDeletionRuleAndRemovesTheEntry(t *testing.T) {
+	s := threeReplicas(1)
+	if _, err := Leave(&s, "a", false); err != nil {
+		t.Fatalf("a leaves with b at 5 and rf 1: %v", err)
+	}
+	if _, ok := s.Replica("a"); ok {
+		t.Fatal("a is still listed")
+	}
+	if _, err := Leave(&s, "b", false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("b is the last holder of 5: %v, want ErrUnsafe", err)
+	}
+	if _, err := Leave(&s, "c", false); !errors.Is(err, ErrUnsafe) && err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReportRefusesSnapshotsFromTheFuture(t *testing.T) {
+	s := threeReplicas(2)
+	if err := Report(&s, "c", Snap{Number: 9, Epoch: 5}, false); err == nil {
+		t.Fatal("a snapshot of epoch 5 was accepted at epoch 1")
+	}
+	if err := Report(&s, "z", Snap{Number: 1, Epoch: 1}, false); !errors.Is(err, ErrUnknownReplica) {
+		t.Fatalf("unknown node: %v", err)
+	}
+	if err := Report(&s, "c", Snap{Number: 5, Epoch: 1}, true); err != nil || !s.Replicas[2].Ready {
+		t.Fatalf("report: %v %+v", err, s.Replicas[2])
+	}
+}
+
+func TestRetainKeepsTheNewestAndEveryReplicasBase(t *testing.T) {
+	s := threeReplicas(2) // a,b at 5; c at 4
+	local := snaps([3]uint64{1, 1, 1}, [3]uint64{2, 2, 1}, [3]uint64{3, 3, 1}, [3]uint64{4, 4, 1}, [3]uint64{5, 5, 1})
+	destroy := Retain(local, s, 1)
+	got := map[SnapshotNumber]bool{}
+	for _, d := range destroy {
+		got[d.Number] = true
+	}
+	if len(destroy) != 3 || !got[1] || !got[2] || !got[3] {
+		t.Fatalf("destroy %v; want 1, 2, 3 (4 is c's base, 5 the newest)", destroy)
+	}
+}
+
+func TestReadinessAllowsTheConfiguredLag(t *testing.T) {
+	s := threeReplicas(2)
+	c, _ := s.Replica("c")
+	if IsReady(s, c, 0) || !IsReady(s, c, 1) {
+		t.Fatal("c is one behind: not ready with lag 0, ready with lag 1")
+	}
+	if n := s.NextSnapshot(); n != 6 {
+		t.Fatalf("next snapshot %d, want 6", n)
+	}
+}
