@@ -15,7 +15,7 @@ import (
 // snapshot by streaming it through the store (send | receive), the same path
 // replication uses. A clone would be faster but would pin the snapshot: it
 // could not be deleted while the volume lives.
-func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapshotID string, size int64, meta map[string]string) (ports.VolumeInfo, error) {
+func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapshotID string, size int64, unset bool, meta map[string]string) (ports.VolumeInfo, error) {
 	ref, err := volume.ParseSnapshotID("volume_content_source.snapshot.snapshot_id", snapshotID)
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
@@ -24,6 +24,7 @@ func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapsho
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
+	size = sizeForCopy(size, unset, snap.SizeBytes)
 	if snap.SizeBytes > size {
 		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, size)
 	}
@@ -31,9 +32,10 @@ func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapsho
 }
 
 // copyFromVolume copies a volume through a temporary snapshot of it.
-func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID string, size int64, meta map[string]string) (ports.VolumeInfo, error) {
+func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID string, size int64, unset bool, meta map[string]string) (ports.VolumeInfo, error) {
 	src, err := volume.ParseID("volume_content_source.volume.volume_id", sourceID)
-	if err != nil {
+	if err != nil || src == id {
+		// A volume cannot be its own source: it does not exist yet.
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
 	}
 	unlock, ok := c.locks.TryLock("volume/" + string(src))
@@ -45,6 +47,7 @@ func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID 
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
+	size = sizeForCopy(size, unset, info.CapacityBytes)
 	if info.CapacityBytes > size {
 		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, info.CapacityBytes, size)
 	}
@@ -62,6 +65,19 @@ func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID 
 		}
 	}()
 	return c.copy(ctx, id, ports.SendRequest{Volume: src, To: tmp}, size, meta)
+}
+
+// sizeForCopy: a copy requested without a capacity range is as large as
+// its source (at least the default), never refused for being too small.
+func sizeForCopy(size int64, unset bool, source int64) int64 {
+	if !unset {
+		return size
+	}
+	need, err := volume.CapacityRange{RequiredBytes: source}.Choose()
+	if err != nil {
+		return size
+	}
+	return max(size, need)
 }
 
 // copy streams req into a new volume id, drops the snapshot the stream

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -101,10 +100,20 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 		return fmt.Errorf("unpublish volume %s: %w", id, ErrPending)
 	}
 	defer unlock()
-	if _, err := n.store.GetVolume(ctx, id); err != nil && errors.Is(err, ports.ErrNotFound) {
-		if _, mounted, _ := n.mount.MountAt(target); !mounted {
-			return err
-		}
+	info, err := n.store.GetVolume(ctx, id)
+	if err != nil {
+		return err // NotFound included: never unmount on a guess
+	}
+	m, mounted, err := n.mount.MountAt(target)
+	if err != nil {
+		return err
+	}
+	if mounted && m.Source != info.MountSource {
+		// Something else is mounted there: this volume is not published at
+		// target, which is what the caller wants; leave the other alone.
+		n.log.Warn("target holds another filesystem: not unmounting it", zap.String("volume", string(id)),
+			zap.String("target", target), zap.String("source", m.Source))
+		return nil
 	}
 	if err := n.mount.Unmount(ctx, target); err != nil {
 		return err

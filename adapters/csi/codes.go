@@ -35,7 +35,7 @@ func toStatus(err error) error {
 		code = codes.Aborted
 	case errors.Is(err, app.ErrPrecondition), errors.Is(err, ports.ErrNotOwned):
 		code = codes.FailedPrecondition
-	case errors.Is(err, app.ErrIncompatible):
+	case errors.Is(err, app.ErrIncompatible), errors.Is(err, ports.ErrExists):
 		code = codes.AlreadyExists
 	case errors.Is(err, volume.ErrOutOfRange):
 		code = codes.OutOfRange

@@ -87,9 +87,11 @@ func (r SnapshotRef) StoreName() string {
 	return hashedSnapshotPrefix + Digest(r.Name)
 }
 
+// A hashed name starts "csi--": a CSI name never starts with '-', so no
+// short name can alias a hashed one.
 const (
 	shortSnapshotName    = 48
-	hashedSnapshotPrefix = "csi-h-"
+	hashedSnapshotPrefix = "csi--"
 )
 
 // Digest is a short, stable fingerprint of s for names that must fit ZFS's

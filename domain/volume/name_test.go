@@ -68,7 +68,7 @@ func TestSnapshotIDsRoundTripAndStayApartFromReplicationSnapshots(t *testing.T) 
 		t.Fatal("a replication snapshot was taken for a CSI snapshot")
 	}
 	long := SnapshotRef{Volume: "pvc-1", Name: strings.Repeat("s", MaxSnapshotNameLength)}
-	if n := long.StoreName(); len(n) > MaxStoreSnapshotName || !strings.HasPrefix(n, "csi-h-") {
+	if n := long.StoreName(); len(n) > MaxStoreSnapshotName || !strings.HasPrefix(n, "csi--") {
 		t.Fatalf("a 128-byte name is stored as %q (%d bytes)", n, len(n))
 	}
 	if back, ok := SnapshotRefFromStore("pvc-1", long.StoreName(), long.Name); !ok || back != long {
@@ -76,6 +76,10 @@ func TestSnapshotIDsRoundTripAndStayApartFromReplicationSnapshots(t *testing.T) 
 	}
 	if _, ok := SnapshotRefFromStore("pvc-1", long.StoreName(), "other"); ok {
 		t.Fatal("a recorded name that does not match the store name was believed")
+	}
+	alias := SnapshotRef{Volume: "pvc-1", Name: "h-" + Digest(long.Name)}
+	if alias.StoreName() == long.StoreName() {
+		t.Fatalf("short name %q aliases the hashed store name of a long one", alias.Name)
 	}
 	for _, bad := range []string{"", "pvc-1", "pvc-1@", "@snap", "a@b@c", "../x@y", "pvc-1@../../z"} {
 		if _, err := ParseSnapshotID("snapshot_id", bad); err == nil {
