@@ -60,7 +60,9 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Printf("%2d. %s\n", d.step, fmt.Sprintf(format, args...))
 }
 
-func (d *demo) detail(format string, args ...any) { fmt.Printf("    %s\n", fmt.Sprintf(format, args...)) }
+func (d *demo) detail(format string, args ...any) {
+	fmt.Printf("    %s\n", fmt.Sprintf(format, args...))
+}
 
 func run(name string, args ...string) error {
 	out, err := exec.Command(name, args...).CombinedOutput()
@@ -243,12 +245,18 @@ func (d *demo) lifecycle() error {
 	}
 	d.say("DeleteVolume demo-volume while it has a snapshot is refused (FailedPrecondition): deleting it would delete the snapshot")
 	for _, step := range []func() error{
-		func() error { _, err := d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: rv.GetVolumeId()}); return err },
+		func() error {
+			_, err := d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: rv.GetVolumeId()})
+			return err
+		},
 		func() error {
 			_, err := d.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()})
 			return err
 		},
-		func() error { _, err := d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); return err },
+		func() error {
+			_, err := d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()})
+			return err
+		},
 	} {
 		if err := step(); err != nil {
 			return fmt.Errorf("delete: %w", err)
