@@ -5,10 +5,16 @@ import (
 	"io"
 
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // Transport carries snapshot streams between nodes.
 type Transport interface {
+	// Snapshots lists the replication snapshots the peer on node holds of
+	// a volume, oldest first. ErrNotFound if it holds no such volume;
+	// ErrNotOwned if the dataset there is not Ferry's; ErrUnavailable if
+	// the peer does not answer.
+	Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]SnapshotInfo, error)
 	// Fetch asks the peer on node for req's stream. The caller must Close
 	// it; closing early or cancelling ctx stops the peer's sender.
 	// ErrNotFound if the peer lacks the snapshot; ErrNotOwned if the peer

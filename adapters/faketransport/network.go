@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -52,20 +53,36 @@ func (n *Network) Heal(node replica.Node) {
 	delete(n.cut, node)
 }
 
+// Snapshots lists node's snapshots of a volume, with the store's errors.
+func (n *Network) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	store, err := n.peer(ctx, node)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots of %s on node %q: %w", id, node, err)
+	}
+	return store.ListSnapshots(ctx, id)
+}
+
+func (n *Network) peer(ctx context.Context, node replica.Node) (ports.SnapshotStore, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	store, known := n.stores[node]
+	if !known || n.cut[node] {
+		return nil, ErrUnreachable
+	}
+	return store, nil
+}
+
 // Fetch asks node's store for req's stream, with that store's errors
 // (ErrNotFound, ErrNotOwned) passed through as a remote peer would report
 // them. The store is called without holding the network's lock, so a slow
 // peer never blocks the others.
 func (n *Network) Fetch(ctx context.Context, node replica.Node, req ports.SendRequest) (io.ReadCloser, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	n.mu.Lock()
-	store, known := n.stores[node]
-	cut := n.cut[node]
-	n.mu.Unlock()
-	if !known || cut {
-		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, ErrUnreachable)
+	store, err := n.peer(ctx, node)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, err)
 	}
 	return store.Send(ctx, req)
 }

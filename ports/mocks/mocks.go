@@ -437,3 +437,18 @@ func (mr *MockTransportMockRecorder) Fetch(ctx, node, req any) *gomock.Call {
 	mr.mock.ctrl.T.Helper()
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Fetch", reflect.TypeOf((*MockTransport)(nil).Fetch), ctx, node, req)
 }
+
+// Snapshots mocks base method.
+func (m *MockTransport) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "Snapshots", ctx, node, id)
+	ret0, _ := ret[0].([]ports.SnapshotInfo)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// Snapshots indicates an expected call of Snapshots.
+func (mr *MockTransportMockRecorder) Snapshots(ctx, node, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Snapshots", reflect.TypeOf((*MockTransport)(nil).Snapshots), ctx, node, id)
+}
