@@ -1,0 +1,215 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Resolver returns the address (host:port) of a node's peer service.
+type Resolver func(node replica.Node) (string, error)
+
+// Client fetches snapshots from peers: a ports.Transport. It keeps one
+// connection per peer address.
+type Client struct {
+	resolve Resolver
+	creds   credentials.TransportCredentials
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+}
+
+var _ ports.Transport = (*Client)(nil)
+
+// NewClient returns a client; creds are its mutual TLS credentials
+// (ClientTLS), nil meaning plaintext (tests, --insecure-peer only).
+func NewClient(resolve Resolver, creds credentials.TransportCredentials) *Client {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return &Client{resolve: resolve, creds: creds, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Close closes every connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for addr, cc := range c.conns {
+		errs = append(errs, cc.Close())
+		delete(c.conns, addr)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
+	addr, err := c.resolve(node)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %v: %w", node, err, ports.ErrUnavailable)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})))
+	if err != nil {
+		return nil, fmt.Errorf("peer %s at %s: %v: %w", node, addr, err, ports.ErrUnavailable)
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+// fromStatus maps a peer's gRPC status to the port's errors.
+func fromStatus(node replica.Node, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	var kind error
+	switch st.Code() {
+	case codes.NotFound:
+		kind = ports.ErrNotFound
+	case codes.PermissionDenied:
+		kind = ports.ErrNotOwned
+	case codes.InvalidArgument:
+		kind = ports.ErrInvalid
+	case codes.Unavailable, codes.DeadlineExceeded:
+		kind = ports.ErrUnavailable
+	case codes.Canceled:
+		kind = context.Canceled
+	default:
+		return fmt.Errorf("peer %s: %s", node, st.Message())
+	}
+	return fmt.Errorf("peer %s: %s: %w", node, st.Message(), kind)
+}
+
+// Snapshots lists the replication snapshots node holds of a volume.
+func (c *Client) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	cc, err := c.conn(node)
+	if err != nil {
+		return nil, err
+	}
+	var resp SnapshotsResponse
+	if err := cc.Invoke(ctx, methodSnapshots, &SnapshotsRequest{Volume: string(id)}, &resp); err != nil {
+		return nil, fromStatus(node, err)
+	}
+	out := make([]ports.SnapshotInfo, 0, len(resp.Snapshots))
+	for _, s := range resp.Snapshots {
+		out = append(out, ports.SnapshotInfo{Volume: id, Name: s.Name, GUID: s.GUID, CreateTxg: s.CreateTxg, SizeBytes: s.SizeBytes, Metadata: s.Metadata})
+	}
+	return out, nil
+}
+
+var sendStream = grpc.StreamDesc{StreamName: "Send", ServerStreams: true}
+
+// Fetch opens node's stream of req. It waits for the first chunk, so a
+// peer's refusal (NotFound, NotOwned) is Fetch's error, not the first
+// Read's. Closing the stream cancels it, which kills the peer's zfs send.
+func (c *Client) Fetch(ctx context.Context, node replica.Node, req ports.SendRequest) (io.ReadCloser, error) {
+	cc, err := c.conn(node)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := cc.NewStream(ctx, &sendStream, methodSend)
+	if err != nil {
+		cancel()
+		return nil, fromStatus(node, err)
+	}
+	if err := stream.SendMsg(&SendRequest{Volume: string(req.Volume), From: req.From, To: req.To}); err != nil {
+		cancel()
+		return nil, fromStatus(node, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		cancel()
+		return nil, fromStatus(node, err)
+	}
+	r := &fetchReader{node: node, stream: stream, cancel: cancel}
+	if err := r.next(); err != nil && !errors.Is(err, io.EOF) {
+		cancel()
+		return nil, err
+	}
+	return r, nil
+}
+
+type fetchReader struct {
+	node   replica.Node
+	stream grpc.ClientStream
+	cancel context.CancelFunc
+	buf    []byte
+	err    error
+}
+
+func (r *fetchReader) next() error {
+	var c chunk
+	if err := r.stream.RecvMsg(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			r.err = io.EOF
+		} else {
+			r.err = fromStatus(r.node, err)
+		}
+		return r.err
+	}
+	r.buf = c.data
+	return nil
+}
+
+// Read returns the stream's bytes; a stream that ended with an error
+// returns that error, never io.EOF, so a cut stream is never mistaken for a
+// complete one.
+func (r *fetchReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if err := r.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// WriteTo hands whole chunks to w without an intermediate copy (io.Copy
+// uses it).
+func (r *fetchReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if len(r.buf) > 0 {
+			n, err := w.Write(r.buf)
+			total += int64(n)
+			r.buf = r.buf[n:]
+			if err != nil {
+				return total, err
+			}
+		}
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
+				return total, nil
+			}
+			return total, r.err
+		}
+		if err := r.next(); err != nil && !errors.Is(err, io.EOF) {
+			return total, err
+		}
+	}
+}
+
+func (r *fetchReader) Close() error {
+	r.cancel()
+	return nil
+}

@@ -1,0 +1,204 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Server serves one node's replication snapshots to its peers.
+type Server struct {
+	store ports.SnapshotStore
+	log   *zap.Logger
+	grpc  *grpc.Server
+}
+
+// handler is the service's handler type, as grpc.RegisterService wants one.
+type handler interface {
+	snapshots(ctx context.Context, req *SnapshotsRequest) (*SnapshotsResponse, error)
+	send(req *SendRequest, stream grpc.ServerStream) error
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*handler)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Snapshots",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req SnapshotsRequest
+			if err := dec(&req); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return srv.(handler).snapshots(ctx, &req)
+		},
+	}},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Send",
+		ServerStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			var req SendRequest
+			if err := stream.RecvMsg(&req); err != nil {
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			return srv.(handler).send(&req, stream)
+		},
+	}},
+}
+
+// NewServer returns a peer server over store. creds are the server's mutual
+// TLS credentials (ServerTLS); nil means plaintext, which only tests and an
+// explicit --insecure-peer may ask for.
+func NewServer(store ports.SnapshotStore, creds credentials.TransportCredentials, log *zap.Logger) *Server {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	s := &Server{store: store, log: log}
+	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodec(codec{}))
+	s.grpc.RegisterService(&serviceDesc, s)
+	return s
+}
+
+// Serve serves on l until Stop.
+func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(l) }
+
+// Stop ends every stream (their zfs send processes are killed) and stops.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// refuse logs a refused request with the peer's identity and answers code.
+func (s *Server) refuse(ctx context.Context, code codes.Code, err error, fields ...zap.Field) error {
+	s.log.Warn("peer request refused", append(fields, zap.String("peer", identity(ctx)), zap.String("code", code.String()), zap.Error(err))...)
+	return status.Error(code, err.Error())
+}
+
+func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*SnapshotsResponse, error) {
+	id, err := volume.ParseID("volume", req.Volume)
+	if err != nil {
+		return nil, s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
+	}
+	list, err := s.store.ListSnapshots(ctx, id)
+	if err != nil {
+		return nil, s.storeError(ctx, err, zap.String("volume", string(id)))
+	}
+	resp := &SnapshotsResponse{Snapshots: []Snapshot{}}
+	for _, sn := range list {
+		if _, ok := replica.ParseSnapshotName(sn.Name); !ok {
+			continue // only replication snapshots cross the wire
+		}
+		resp.Snapshots = append(resp.Snapshots, Snapshot{Name: sn.Name, GUID: sn.GUID, CreateTxg: sn.CreateTxg, SizeBytes: sn.SizeBytes, Metadata: sn.Metadata})
+	}
+	return resp, nil
+}
+
+func (s *Server) storeError(ctx context.Context, err error, fields ...zap.Field) error {
+	switch {
+	case errors.Is(err, ports.ErrNotOwned):
+		return s.refuse(ctx, codes.PermissionDenied, err, fields...)
+	case errors.Is(err, ports.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ports.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// validate turns a wire request into a store request, refusing anything
+// that is not a Ferry volume ID and replication snapshot names.
+func validate(req *SendRequest) (ports.SendRequest, error) {
+	id, err := volume.ParseID("volume", req.Volume)
+	if err != nil {
+		return ports.SendRequest{}, err
+	}
+	out := ports.SendRequest{Volume: id, To: req.To, From: req.From}
+	if _, ok := replica.ParseSnapshotName(req.To); !ok {
+		return out, fmt.Errorf("snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.To))
+	}
+	if req.From != "" {
+		if _, ok := replica.ParseSnapshotName(req.From); !ok {
+			return out, fmt.Errorf("base snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.From))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
+	ctx := stream.Context()
+	sreq, err := validate(req)
+	if err != nil {
+		return s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
+	}
+	log := s.log.With(zap.String("volume", string(sreq.Volume)), zap.String("snapshot", sreq.To),
+		zap.String("base", sreq.From), zap.String("peer", identity(ctx)))
+	r, err := s.store.Send(ctx, sreq)
+	if err != nil {
+		return s.storeError(ctx, err, zap.String("volume", string(sreq.Volume)))
+	}
+	defer r.Close() // stops zfs send if the peer went away
+	log.Info("sending snapshot")
+	start, sent := time.Now(), int64(0)
+	for {
+		// A fresh buffer per message: gRPC may still hold the last one.
+		buf := make([]byte, ChunkSize)
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			if err := stream.SendMsg(&chunk{data: buf[:n]}); err != nil {
+				log.Info("peer stopped receiving", zap.Int64("bytes", sent), zap.Error(err))
+				return err
+			}
+			sent += int64(n)
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			log.Warn("snapshot stream failed", zap.Int64("bytes", sent), zap.Error(rerr))
+			return s.storeError(ctx, rerr)
+		}
+	}
+	took := time.Since(start)
+	log.Info("snapshot sent", zap.Int64("bytes", sent), zap.Duration("took", took), zap.Float64("MBps", mbps(sent, took)))
+	return nil
+}
+
+func mbps(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / 1e6 / d.Seconds()
+}
+
+// identity names the peer: its certificate's subject under mutual TLS,
+// else its address.
+func identity(ctx context.Context) string {
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		return ti.State.PeerCertificates[0].Subject.CommonName + "@" + p.Addr.String()
+	}
+	return p.Addr.String()
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

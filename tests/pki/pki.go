@@ -1,0 +1,93 @@
+// Package pki makes throw-away certificate authorities and peer
+// certificates for tests of Ferry's mutual-TLS peer transport.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// CA is a certificate authority whose files live in a directory.
+type CA struct {
+	Dir    string
+	CAFile string
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+}
+
+// Files are one node's certificate, key and CA.
+type Files struct{ Cert, Key, CA string }
+
+// NewCA makes a CA named name in dir.
+func NewCA(dir, name string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &CA{Dir: dir, CAFile: filepath.Join(dir, name+"-ca.crt"), cert: cert, key: key}
+	return ca, writePEM(ca.CAFile, "CERTIFICATE", der)
+}
+
+// Issue makes a peer certificate for node, valid for server and client
+// use, with the SANs "ferry-peer", localhost and 127.0.0.1.
+func (ca *CA) Issue(node string) (Files, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Files{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: node},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"ferry-peer", "localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return Files{}, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return Files{}, err
+	}
+	f := Files{Cert: filepath.Join(ca.Dir, node+".crt"), Key: filepath.Join(ca.Dir, node+".key"), CA: ca.CAFile}
+	if err := writePEM(f.Cert, "CERTIFICATE", der); err != nil {
+		return Files{}, err
+	}
+	return f, writePEM(f.Key, "EC PRIVATE KEY", kder)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
