@@ -39,13 +39,17 @@ func (s *State) NewestReplica() (Replica, bool) {
 
 // ChooseSource picks the peer a replica on self should fetch from: the
 // newest replica other than itself, if it is newer than self. Ties are
-// broken by node name.
+// broken by node name. The primary is also chosen when it is at self's
+// number and epoch with another GUID, so that the divergence is planned
+// (and raised) rather than unseen.
 func ChooseSource(s State, self Node) (Replica, bool) {
 	me, _ := s.Replica(self)
 	var best Replica
 	found := false
 	for _, r := range s.Replicas {
-		if r.Node == self || r.Snapshot == 0 || !newerReplica(r, me) {
+		diverged := r.Node == s.Primary && me.Snapshot != 0 && r.Snapshot == me.Snapshot &&
+			r.SnapshotEpoch == me.SnapshotEpoch && r.SnapshotGUID != me.SnapshotGUID
+		if r.Node == self || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
 			continue
 		}
 		if !found || newerReplica(r, best) {
@@ -55,12 +59,16 @@ func ChooseSource(s State, self Node) (Replica, bool) {
 	return best, found
 }
 
-// IsReady says whether replica r is close enough to the newest snapshot to
-// take over: the same epoch as the newest and at most lag snapshots behind.
+// IsReady says whether replica r (as it is now, which may be newer than
+// its entry in s) is close enough to the newest snapshot to take over: the
+// same epoch as the newest and at most lag snapshots behind. A replica of
+// an older epoch is never ready: its snapshots may have diverged.
 func IsReady(s State, r Replica, lag uint64) bool {
-	n, ok := s.NewestReplica()
-	if !ok {
-		return true // nobody holds data: nothing to be behind
+	n := r
+	for _, o := range s.Replicas {
+		if o.Node != r.Node && newerReplica(o, n) {
+			n = o
+		}
 	}
 	return r.SnapshotEpoch == n.SnapshotEpoch && uint64(r.Snapshot)+lag >= uint64(n.Snapshot)
 }

@@ -48,6 +48,9 @@ type Replica struct {
 	Snapshot SnapshotNumber
 	// SnapshotEpoch is the epoch Snapshot was taken in.
 	SnapshotEpoch Epoch
+	// SnapshotGUID identifies Snapshot's contents: two replicas at the same
+	// number and epoch with different GUIDs have diverged.
+	SnapshotGUID uint64
 	// Active is true for the primary while it is mounted read/write.
 	Active bool
 	// Ready is true once Snapshot is within the allowed lag of the newest.

@@ -31,7 +31,7 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 		return fmt.Errorf("report from %s: snapshot %d of epoch %d is after the volume's epoch %d", node, snap.Number, snap.Epoch, s.Epoch)
 	}
 	r := &s.Replicas[i]
-	r.Snapshot, r.SnapshotEpoch, r.Ready = snap.Number, snap.Epoch, ready
+	r.Snapshot, r.SnapshotEpoch, r.SnapshotGUID, r.Ready = snap.Number, snap.Epoch, snap.GUID, ready
 	return nil
 }
 
@@ -97,4 +97,32 @@ func (s *State) index(n Node) int {
 		}
 	}
 	return -1
+}
+
+// Takeover makes node the active primary in place of lost, a primary that
+// can no longer serve (its node is gone, or its lease ran out). node must
+// be the newest of the remaining replicas; writes lost made after that
+// snapshot are given up (at most one snapshot interval), and lost is
+// fenced: its later snapshots are of an older epoch, so when it returns it
+// rolls them back (PlanRollbackIncremental) instead of serving them.
+func Takeover(s *State, node, lost Node) error {
+	if s.Primary != lost {
+		return fmt.Errorf("takeover from %s: the primary is %q: %w", lost, s.Primary, ErrFenced)
+	}
+	i := s.index(node)
+	if i < 0 {
+		return fmt.Errorf("takeover by %s: %w", node, ErrUnknownReplica)
+	}
+	for _, r := range s.Replicas {
+		if r.Node != lost && r.Node != node && newerReplica(r, s.Replicas[i]) {
+			return fmt.Errorf("takeover by %s: %s holds a newer snapshot: %w", node, r.Node, ErrBehind)
+		}
+	}
+	if j := s.index(lost); j >= 0 {
+		s.Replicas[j].Active = false
+	}
+	s.Epoch++
+	s.Primary = node
+	s.Replicas[i].Active = true
+	return nil
 }

@@ -1,0 +1,287 @@
+package replica
+
+import "fmt"
+
+// MachineConfig tunes a replica's decisions.
+type MachineConfig struct {
+	Self Node
+	// AllowedLag is how many snapshots behind the newest a replica may be
+	// and still be ready to take over.
+	AllowedLag uint64
+	// Keep is how many of its newest snapshots a replica keeps (plus every
+	// snapshot another replica still needs as its base).
+	Keep int
+	// SnapshotEvery is the primary's snapshot interval, in ticks.
+	SnapshotEvery int
+}
+
+// Machine is one replica's deterministic core, in the style of etcd's raft:
+// the caller feeds it events (what it observed, what came of an action,
+// the passing of time) with Step, asks for the next action with Next, and
+// reports the action's outcome as an ActionDone event. It performs no I/O
+// and reads no clock, so any interleaving of events can be replayed in a
+// unit test (testdata/*.txt).
+//
+// At most one action is outstanding at a time: transfers, rollbacks and
+// snapshots of one volume on one node never overlap.
+type Machine struct {
+	cfg MachineConfig
+
+	state     State
+	haveState bool
+	local     []Snap
+	haveLocal bool
+
+	peer      Node   // the peer whose snapshot list peerSnaps is
+	peerSnaps []Snap // valid until the next tick or transfer
+	havePeer  bool
+
+	outstanding Action
+	backoff     bool // an action failed: wait for the next tick before acting again
+	ticks       int  // ticks since the primary's last snapshot
+	terminating bool
+	volumeGone  bool
+	left        bool
+	alerted     string // the conflict last alerted, so it is said once
+}
+
+// NewMachine returns a machine for the replica on cfg.Self.
+func NewMachine(cfg MachineConfig) *Machine {
+	if cfg.Keep < 1 {
+		cfg.Keep = 1
+	}
+	if cfg.SnapshotEvery < 1 {
+		cfg.SnapshotEvery = 1
+	}
+	return &Machine{cfg: cfg}
+}
+
+// Event is an input of the machine.
+type Event interface{ event() }
+
+// Observed: a fresh read of the volume's shared state.
+type Observed struct{ State State }
+
+// LocalRead: the replication snapshots the local store holds, oldest first
+// (none when the node holds no data for the volume).
+type LocalRead struct{ Snaps []Snap }
+
+// PeerRead: the replication snapshots a peer holds.
+type PeerRead struct {
+	Peer  Node
+	Snaps []Snap
+}
+
+// Tick: one unit of time passed.
+type Tick struct{}
+
+// ActionDone: the outstanding action finished, with its error.
+type ActionDone struct {
+	Action Action
+	Err    error
+}
+
+// Terminate: the replica is asked to go away (SIGTERM); VolumeGone says the
+// volume itself was deleted.
+type Terminate struct{ VolumeGone bool }
+
+func (Observed) event()   {}
+func (LocalRead) event()  {}
+func (PeerRead) event()   {}
+func (Tick) event()       {}
+func (ActionDone) event() {}
+func (Terminate) event()  {}
+
+// Action is an output of the machine: something the caller must do and
+// report back with ActionDone.
+type Action interface{ action() }
+
+// ReportSnapshot: record this replica's newest snapshot and readiness in
+// the shared state (a compare-and-swap; it adds the replica if missing).
+type ReportSnapshot struct {
+	Snap  Snap
+	Ready bool
+}
+
+// ReadPeer: list the peer's replication snapshots, answer with PeerRead.
+type ReadPeer struct{ Peer Node }
+
+// Fetch: receive Target from Peer, incrementally from Base when set.
+type Fetch struct {
+	Peer   Node
+	Base   *Snap
+	Target Snap
+}
+
+// Rollback: discard everything after To, with Reason logged and raised as
+// an event (the discarded snapshots are listed).
+type Rollback struct {
+	To      Snap
+	Discard []Snap
+	Reason  string
+}
+
+// Replace: destroy the local copy whole (it shares nothing with the newest
+// and is older); a full Fetch follows.
+type Replace struct {
+	Discard []Snap
+	Reason  string
+}
+
+// TakeSnapshot: the primary snapshots the volume as Number of Epoch.
+type TakeSnapshot struct {
+	Number SnapshotNumber
+	Epoch  Epoch
+}
+
+// DestroySnapshots: retention; none of them is anyone's base.
+type DestroySnapshots struct{ Snaps []Snap }
+
+// LeaveVolume: remove this replica from the list by the safe-deletion rule
+// (Leave, in a compare-and-swap that fails with ErrUnsafe when not
+// allowed); on success the caller destroys the local copy.
+type LeaveVolume struct{ VolumeGone bool }
+
+// Alert: a conflict the machine cannot settle; raise it (log and event).
+type Alert struct{ Reason string }
+
+func (ReportSnapshot) action()   {}
+func (ReadPeer) action()         {}
+func (Fetch) action()            {}
+func (Rollback) action()         {}
+func (Replace) action()          {}
+func (TakeSnapshot) action()     {}
+func (DestroySnapshots) action() {}
+func (LeaveVolume) action()      {}
+func (Alert) action()            {}
+
+// Step feeds one event to the machine.
+func (m *Machine) Step(ev Event) error {
+	switch e := ev.(type) {
+	case Observed:
+		m.state, m.haveState = e.State, true
+	case LocalRead:
+		m.local, m.haveLocal = sorted(e.Snaps), true
+	case PeerRead:
+		m.peer, m.peerSnaps, m.havePeer = e.Peer, sorted(e.Snaps), true
+	case Tick:
+		m.ticks++
+		m.havePeer = false // the peer may have moved on
+		m.backoff = false
+	case Terminate:
+		m.terminating, m.volumeGone = true, e.VolumeGone
+	case ActionDone:
+		if m.outstanding == nil {
+			return fmt.Errorf("ActionDone(%T) with no action outstanding", e.Action)
+		}
+		m.done(e)
+		m.outstanding = nil
+		if e.Err != nil {
+			m.backoff = true // retried on a later tick, never in a tight loop
+		}
+	default:
+		return fmt.Errorf("unknown event %T", ev)
+	}
+	return nil
+}
+
+// done applies an action's outcome. What the action may have changed must
+// be read again before the next decision (Observed after a report, LocalRead
+// after anything that touched the store), so a decision never rests on a
+// view the machine's own action made stale.
+func (m *Machine) done(e ActionDone) {
+	switch a := e.Action.(type) {
+	case ReportSnapshot:
+		m.haveState = false
+	case Fetch, Rollback, Replace, DestroySnapshots:
+		m.haveLocal, m.havePeer = false, false
+	case TakeSnapshot:
+		m.haveLocal, m.havePeer = false, false
+		if e.Err == nil {
+			m.ticks = 0
+		}
+	case LeaveVolume:
+		m.haveState = false
+		if e.Err == nil {
+			m.left = true
+		}
+	case Alert:
+		m.alerted = a.Reason
+	}
+}
+
+// Left reports whether the replica left the list: its copy may go.
+func (m *Machine) Left() bool { return m.left }
+
+// Next returns the next action, or false when there is nothing to do (or
+// an action is outstanding, or the machine waits for a read).
+func (m *Machine) Next() (Action, bool) {
+	if m.outstanding != nil || m.backoff || !m.haveState || !m.haveLocal || m.left {
+		return nil, false
+	}
+	a := m.decide()
+	if a == nil {
+		return nil, false
+	}
+	m.outstanding = a
+	return a, true
+}
+
+func (m *Machine) decide() Action {
+	self, listed := m.state.Replica(m.cfg.Self)
+	if m.terminating {
+		return LeaveVolume{VolumeGone: m.volumeGone}
+	}
+	newest := Snap{}
+	if len(m.local) > 0 {
+		newest = m.local[len(m.local)-1]
+	}
+	probe := self
+	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
+	ready := IsReady(m.state, probe, m.cfg.AllowedLag)
+	if !listed || self.Snapshot != newest.Number || self.SnapshotEpoch != newest.Epoch || self.SnapshotGUID != newest.GUID || self.Ready != ready {
+		return ReportSnapshot{Snap: newest, Ready: ready}
+	}
+	if m.isPrimary(self) {
+		if m.ticks >= m.cfg.SnapshotEvery {
+			return TakeSnapshot{Number: m.state.NextSnapshot(), Epoch: m.state.Epoch}
+		}
+		return m.retention()
+	}
+	src, ok := ChooseSource(m.state, m.cfg.Self)
+	if !ok {
+		return m.retention()
+	}
+	if !m.havePeer || m.peer != src.Node {
+		return ReadPeer{Peer: src.Node}
+	}
+	p := PlanTransfer(m.local, m.peerSnaps)
+	switch p.Kind {
+	case PlanFull:
+		return Fetch{Peer: src.Node, Target: p.Target}
+	case PlanIncremental:
+		base := p.Base
+		return Fetch{Peer: src.Node, Base: &base, Target: p.Target}
+	case PlanRollbackIncremental:
+		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason}
+	case PlanReplace:
+		return Replace{Discard: p.Discard, Reason: p.Reason}
+	case PlanConflict:
+		if m.alerted != p.Reason {
+			return Alert{Reason: p.Reason}
+		}
+	}
+	return m.retention()
+}
+
+// isPrimary: this replica is the active primary of the volume's epoch.
+func (m *Machine) isPrimary(self Replica) bool {
+	return m.state.Primary == m.cfg.Self && self.Active
+}
+
+func (m *Machine) retention() Action {
+	if d := Retain(m.local, m.state, m.cfg.Keep); len(d) > 0 {
+		return DestroySnapshots{Snaps: d}
+	}
+	return nil
+}

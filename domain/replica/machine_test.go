@@ -1,0 +1,308 @@
+package replica
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
+
+// TestMachineScripts replays the scripts in testdata/: each is a sequence
+// of commands, each followed by "----" and the output it must print. Run
+// with -rewrite to accept new output after checking it by eye.
+//
+// Commands:
+//
+//	state rf=N epoch=E primary=NODE   the shared state (replicas join later)
+//	machine NODE [lag=N keep=N every=N] a replica's machine
+//	local NODE N@E:GUID ...           what NODE's store holds
+//	step NODE                         observe state and local, run actions until none
+//	stabilize                         step every node until nothing happens
+//	tick [NODE]                       time passes (for one node or all)
+//	promote NODE | takeover NODE LOST change the primary, as publish or failover do
+//	terminate NODE [gone]             SIGTERM for NODE's replica
+//	fail NODE KIND REASON             NODE's next action of KIND (fetch, snapshot, ...) fails
+//	print                             the shared state and every store
+func TestMachineScripts(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no scripts in testdata/")
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
+	}
+}
+
+type scriptEnv struct {
+	state    State
+	machines map[Node]*Machine
+	local    map[Node][]Snap
+	guid     uint64
+	out      *strings.Builder
+	failNext map[Node][2]string // the kind of action to fail, and why
+}
+
+func runScript(t *testing.T, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{}}
+	var rewritten strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			rewritten.WriteString(line + "\n")
+			continue
+		}
+		var want []string
+		if sc.Scan() && sc.Text() != "----" {
+			t.Fatalf("%s: command %q is not followed by ----", path, line)
+		}
+		for sc.Scan() && sc.Text() != "" {
+			want = append(want, sc.Text())
+		}
+		env.out = &strings.Builder{}
+		if err := env.run(strings.Fields(line)); err != nil {
+			fmt.Fprintf(env.out, "error: %v\n", err)
+		}
+		got := strings.TrimRight(env.out.String(), "\n")
+		if got == "" {
+			got = "ok"
+		}
+		rewritten.WriteString(line + "\n----\n" + got + "\n\n")
+		if !*rewrite && got != strings.Join(want, "\n") {
+			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, line, got, strings.Join(want, "\n"))
+		}
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func kv(args []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, _ := strings.Cut(a, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func atoi(s string, def int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func parseSnap(s string) (Snap, error) {
+	ne, g, _ := strings.Cut(s, ":")
+	n, e, ok := strings.Cut(ne, "@")
+	num, err1 := strconv.ParseUint(n, 10, 64)
+	ep, err2 := strconv.ParseUint(e, 10, 64)
+	guid, err3 := strconv.ParseUint(g, 10, 64)
+	if !ok || err1 != nil || err2 != nil || err3 != nil {
+		return Snap{}, fmt.Errorf("snapshot %q: want N@EPOCH:GUID", s)
+	}
+	return Snap{Number: SnapshotNumber(num), Epoch: Epoch(ep), GUID: guid}, nil
+}
+
+func (s Snap) String() string { return fmt.Sprintf("%d@%d:%d", s.Number, s.Epoch, s.GUID) }
+
+func (e *scriptEnv) nodes() []Node {
+	var ns []Node
+	for n := range e.machines {
+		ns = append(ns, n)
+	}
+	sort.Slice(ns, func(i, j int) bool { return ns[i] < ns[j] })
+	return ns
+}
+
+func (e *scriptEnv) run(f []string) error {
+	switch f[0] {
+	case "state":
+		a := kv(f[1:])
+		e.state = State{Volume: "v", ReplicationFactor: atoi(a["rf"], 1), Epoch: Epoch(atoi(a["epoch"], 0)), Primary: Node(a["primary"])}
+	case "machine":
+		a := kv(f[2:])
+		n := Node(f[1])
+		e.machines[n] = NewMachine(MachineConfig{Self: n, AllowedLag: uint64(atoi(a["lag"], 0)), Keep: atoi(a["keep"], 2), SnapshotEvery: atoi(a["every"], 1)})
+	case "local":
+		var snaps []Snap
+		for _, x := range f[2:] {
+			s, err := parseSnap(x)
+			if err != nil {
+				return err
+			}
+			snaps = append(snaps, s)
+		}
+		e.local[Node(f[1])] = snaps
+	case "step":
+		e.step(Node(f[1]))
+	case "stabilize":
+		for i := 0; i < 20; i++ {
+			before := e.out.Len()
+			for _, n := range e.nodes() {
+				e.step(n)
+			}
+			if e.out.Len() == before {
+				return nil
+			}
+		}
+		return fmt.Errorf("did not stabilize in 20 rounds")
+	case "tick":
+		for _, n := range e.nodes() {
+			if len(f) == 1 || Node(f[1]) == n {
+				_ = e.machines[n].Step(Tick{})
+			}
+		}
+	case "fail":
+		e.failNext[Node(f[1])] = [2]string{f[2], strings.Join(f[3:], " ")}
+	case "promote":
+		return Promote(&e.state, Node(f[1]))
+	case "takeover":
+		return Takeover(&e.state, Node(f[1]), Node(f[2]))
+	case "terminate":
+		return e.machines[Node(f[1])].Step(Terminate{VolumeGone: len(f) > 2 && f[2] == "gone"})
+	case "print":
+		fmt.Fprintf(e.out, "epoch=%d primary=%s rf=%d\n", e.state.Epoch, e.state.Primary, e.state.ReplicationFactor)
+		for _, r := range e.state.Replicas {
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready)
+		}
+		for _, n := range e.nodes() {
+			fmt.Fprintf(e.out, "  store %s: %v\n", n, e.local[n])
+		}
+	default:
+		return fmt.Errorf("unknown command %q", f[0])
+	}
+	return nil
+}
+
+// step lets node observe the world and carries out its actions until it
+// has none, printing each.
+func (e *scriptEnv) step(n Node) {
+	m := e.machines[n]
+	for i := 0; i < 20; i++ {
+		_ = m.Step(Observed{State: cloneState(e.state)})
+		_ = m.Step(LocalRead{Snaps: append([]Snap(nil), e.local[n]...)})
+		a, ok := m.Next()
+		if !ok {
+			return
+		}
+		err := e.exec(n, a)
+		if err != nil {
+			fmt.Fprintf(e.out, "%s: %s -> %v\n", n, describe(a), err)
+		} else {
+			fmt.Fprintf(e.out, "%s: %s\n", n, describe(a))
+		}
+		_ = m.Step(ActionDone{Action: a, Err: err})
+	}
+}
+
+func cloneState(s State) State {
+	s.Replicas = append([]Replica(nil), s.Replicas...)
+	return s
+}
+
+func describe(a Action) string {
+	switch a := a.(type) {
+	case ReportSnapshot:
+		return fmt.Sprintf("report %v ready=%v", a.Snap, a.Ready)
+	case ReadPeer:
+		return "read peer " + string(a.Peer)
+	case Fetch:
+		if a.Base == nil {
+			return fmt.Sprintf("fetch full %v from %s", a.Target, a.Peer)
+		}
+		return fmt.Sprintf("fetch %v..%v from %s", *a.Base, a.Target, a.Peer)
+	case Rollback:
+		return fmt.Sprintf("rollback to %v discarding %v: %s", a.To, a.Discard, a.Reason)
+	case Replace:
+		return fmt.Sprintf("replace discarding %v: %s", a.Discard, a.Reason)
+	case TakeSnapshot:
+		return fmt.Sprintf("snapshot %d of epoch %d", a.Number, a.Epoch)
+	case DestroySnapshots:
+		return fmt.Sprintf("destroy %v", a.Snaps)
+	case LeaveVolume:
+		return "leave"
+	case Alert:
+		return "alert: " + a.Reason
+	}
+	return fmt.Sprintf("%T", a)
+}
+
+// exec carries out an action on the script's world, as the volume manager
+// does on the stores and the cluster state.
+func (e *scriptEnv) exec(n Node, a Action) error {
+	if f, ok := e.failNext[n]; ok && strings.HasPrefix(describe(a), f[0]) {
+		delete(e.failNext, n)
+		return fmt.Errorf("%s", f[1])
+	}
+	switch a := a.(type) {
+	case ReportSnapshot:
+		next := cloneState(e.state)
+		Join(&next, n)
+		if err := Report(&next, n, a.Snap, a.Ready); err != nil {
+			return err
+		}
+		e.state = next
+	case ReadPeer:
+		return e.machines[n].Step(PeerRead{Peer: a.Peer, Snaps: append([]Snap(nil), e.local[a.Peer]...)})
+	case Fetch:
+		var got []Snap
+		for _, s := range e.local[a.Peer] {
+			if (a.Base == nil || s.Newer(*a.Base)) && !s.Newer(a.Target) {
+				got = append(got, s)
+			}
+		}
+		if a.Base == nil {
+			got = got[len(got)-1:] // a full stream brings its target only
+		}
+		e.local[n] = append(e.local[n], got...)
+	case Rollback:
+		var kept []Snap
+		for _, s := range e.local[n] {
+			if !s.Newer(a.To) {
+				kept = append(kept, s)
+			}
+		}
+		e.local[n] = kept
+	case Replace:
+		e.local[n] = nil
+	case TakeSnapshot:
+		e.guid++
+		e.local[n] = append(e.local[n], Snap{Number: a.Number, Epoch: a.Epoch, GUID: e.guid})
+	case DestroySnapshots:
+		gone := map[Snap]bool{}
+		for _, s := range a.Snaps {
+			gone[s] = true
+		}
+		var kept []Snap
+		for _, s := range e.local[n] {
+			if !gone[s] {
+				kept = append(kept, s)
+			}
+		}
+		e.local[n] = kept
+	case LeaveVolume:
+		next := cloneState(e.state)
+		if _, err := Leave(&next, n, a.VolumeGone); err != nil {
+			return err
+		}
+		e.state = next
+		e.local[n] = nil
+	}
+	return nil
+}
