@@ -85,12 +85,17 @@ type ActionDone struct {
 // volume itself was deleted.
 type Terminate struct{ VolumeGone bool }
 
-func (Observed) event()   {}
-func (LocalRead) event()  {}
-func (PeerRead) event()   {}
-func (Tick) event()       {}
-func (ActionDone) event() {}
-func (Terminate) event()  {}
+// SnapshotNow: the primary must snapshot at its next decision (unpublish
+// takes a final snapshot so that the next primary starts from it).
+type SnapshotNow struct{}
+
+func (Observed) event()    {}
+func (LocalRead) event()   {}
+func (PeerRead) event()    {}
+func (Tick) event()        {}
+func (ActionDone) event()  {}
+func (Terminate) event()   {}
+func (SnapshotNow) event() {}
 
 // Action is an output of the machine: something the caller must do and
 // report back with ActionDone.
@@ -170,6 +175,8 @@ func (m *Machine) Step(ev Event) error {
 		m.backoff = false
 	case Terminate:
 		m.terminating, m.volumeGone = true, e.VolumeGone
+	case SnapshotNow:
+		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
 	case ActionDone:
 		if m.outstanding == nil {
 			return fmt.Errorf("ActionDone(%T) with no action outstanding", e.Action)

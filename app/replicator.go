@@ -1,0 +1,184 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// ReplicatorConfig configures one replica's volume manager.
+type ReplicatorConfig struct {
+	Node   replica.Node
+	Volume volume.ID
+	// Tick is how often the replica re-reads the shared state and decides.
+	Tick time.Duration
+	// SnapshotInterval is how often the primary snapshots.
+	SnapshotInterval time.Duration
+	// AllowedLag is how many snapshots behind the newest a replica may be
+	// and still be ready.
+	AllowedLag uint64
+	// Keep is how many newest snapshots each replica keeps.
+	Keep int
+}
+
+// Replicator is the volume-manager use case: it feeds the replica machine
+// (domain/replica) what it observes in the store and the shared state, and
+// carries out the machine's actions: reports, transfers from peers,
+// rollbacks, snapshots, retention and the safe-deletion protocol.
+type Replicator struct {
+	cfg       ReplicatorConfig
+	store     ports.SnapshotStore
+	cluster   ports.ClusterState
+	transport ports.Transport
+	events    ports.EventRecorder
+	log       *zap.Logger
+	m         *replica.Machine
+
+	mu       sync.Mutex
+	status   Status
+	transfer *Progress
+}
+
+// TransferStatus is a snapshot of a transfer's progress.
+type TransferStatus struct {
+	Peer, Snapshot string
+	Bytes          int64
+	BytesPerSecond float64
+	Started        time.Time
+}
+
+// Status is what the replica reports about itself (for logs, a status
+// endpoint and, later, metrics).
+type Status struct {
+	Snapshot replica.SnapshotNumber
+	Epoch    replica.Epoch
+	Ready    bool
+	Primary  bool
+	// Transfer is the transfer in progress, if any.
+	Transfer *TransferStatus
+	// LastError is the last action's failure, cleared by a success.
+	LastError string
+}
+
+// NewReplicator returns the volume manager of cfg.Volume's replica on
+// cfg.Node.
+func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster ports.ClusterState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
+	every := 1
+	if cfg.Tick > 0 && cfg.SnapshotInterval > cfg.Tick {
+		every = int((cfg.SnapshotInterval + cfg.Tick - 1) / cfg.Tick)
+	}
+	return &Replicator{
+		cfg: cfg, store: store, cluster: cluster, transport: transport, events: events,
+		log: log.With(zap.String("volume", string(cfg.Volume)), zap.String("node", string(cfg.Node))),
+		m:   replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
+	}
+}
+
+// Status returns a copy of the replica's status.
+func (r *Replicator) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.status
+	if p := r.transfer; p != nil {
+		s.Transfer = &TransferStatus{Peer: p.Peer, Snapshot: p.Snapshot, Bytes: p.Bytes(), BytesPerSecond: p.Rate(), Started: p.Started}
+	}
+	return s
+}
+
+// Run decides and acts every tick until ctx ends.
+func (r *Replicator) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Tick)
+	defer t.Stop()
+	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval))
+	for {
+		r.settle(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			_ = r.m.Step(replica.Tick{})
+		}
+	}
+}
+
+// SnapshotNow asks the primary for a snapshot at its next decision.
+func (r *Replicator) SnapshotNow() { _ = r.m.Step(replica.SnapshotNow{}) }
+
+// settle observes and acts until the machine has nothing more to do now.
+func (r *Replicator) settle(ctx context.Context) {
+	for i := 0; i < 64 && ctx.Err() == nil; i++ {
+		if err := r.observe(ctx); err != nil {
+			r.log.Info("waiting for the volume's state", zap.Error(err))
+			return
+		}
+		a, ok := r.m.Next()
+		if !ok {
+			return
+		}
+		err := r.exec(ctx, a)
+		r.mu.Lock()
+		r.status.LastError = ""
+		if err != nil {
+			r.status.LastError = err.Error()
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.log.Warn("action failed; retrying on a later tick", zap.String("action", fmt.Sprintf("%T", a)), zap.Error(err))
+		}
+		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
+	}
+}
+
+// observe feeds the machine the shared state and the local snapshots.
+func (r *Replicator) observe(ctx context.Context) error {
+	st, err := r.cluster.Get(ctx, r.cfg.Volume)
+	if err != nil {
+		return err
+	}
+	local, err := r.localSnaps(ctx)
+	if err != nil {
+		return err
+	}
+	_ = r.m.Step(replica.Observed{State: st})
+	_ = r.m.Step(replica.LocalRead{Snaps: local})
+	r.mu.Lock()
+	self, _ := st.Replica(r.cfg.Node)
+	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
+	r.status.Primary = st.Primary == r.cfg.Node && self.Active
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Replicator) localSnaps(ctx context.Context) ([]replica.Snap, error) {
+	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
+	if errors.Is(err, ports.ErrNotFound) {
+		return nil, nil // no local data yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	return toSnaps(list), nil
+}
+
+// toSnaps keeps the replication snapshots of a listing.
+func toSnaps(list []ports.SnapshotInfo) []replica.Snap {
+	var out []replica.Snap
+	for _, s := range list {
+		n, ok := replica.ParseSnapshotName(s.Name)
+		if !ok {
+			continue
+		}
+		e, _ := strconv.ParseUint(s.Metadata[ports.MetaEpoch], 10, 64)
+		out = append(out, replica.Snap{Number: n, GUID: s.GUID, Epoch: replica.Epoch(e)})
+	}
+	return out
+}

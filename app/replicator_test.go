@@ -1,0 +1,259 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/adapters/faketransport"
+	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// events records events for assertions.
+type events struct {
+	mu  sync.Mutex
+	got []ports.Event
+}
+
+func (e *events) Record(_ context.Context, _ volume.ID, ev ports.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, ev)
+}
+
+func (e *events) reasons() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.got {
+		out = append(out, ev.Reason)
+	}
+	return out
+}
+
+// cluster is three in-memory nodes sharing one state and one network.
+type cluster struct {
+	t      *testing.T
+	state  *fakecluster.Store
+	net    *faketransport.Network
+	stores map[replica.Node]*memstore.Store
+	events *events
+	cancel map[replica.Node]context.CancelFunc
+	done   map[replica.Node]chan struct{}
+	reps   map[replica.Node]*app.Replicator
+}
+
+const volID = volume.ID("volID-1")
+
+func newCluster(t *testing.T, rf int, nodes ...replica.Node) *cluster {
+	c := &cluster{t: t, state: fakecluster.New(), net: faketransport.New(), stores: map[replica.Node]*memstore.Store{},
+		events: &events{}, cancel: map[replica.Node]context.CancelFunc{}, done: map[replica.Node]chan struct{}{}, reps: map[replica.Node]*app.Replicator{}}
+	for i, n := range nodes {
+		c.stores[n] = memstore.New(t.TempDir(), 10<<30, uint64(i+1))
+		c.net.Add(n, c.stores[n])
+	}
+	// The first node holds the volume and is its primary, as after provisioning.
+	first := nodes[0]
+	if _, err := c.stores[first].CreateVolume(ctx, volID, ports.CreateOptions{CapacityBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	st := replica.State{Volume: volID, ReplicationFactor: rf, Epoch: 1, Primary: first, Replicas: []replica.Replica{{Node: first, Active: true}}}
+	if _, err := c.state.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for n := range c.cancel {
+			c.stop(n)
+		}
+	})
+	return c
+}
+
+func (c *cluster) start(n replica.Node) {
+	r := app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3},
+		c.stores[n], c.state, c.net, c.events, zap.NewNop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	c.reps[n], c.cancel[n], c.done[n] = r, cancel, done
+}
+
+func (c *cluster) stop(n replica.Node) {
+	if cancel, ok := c.cancel[n]; ok {
+		cancel()
+		<-c.done[n]
+		delete(c.cancel, n)
+	}
+}
+
+func (c *cluster) write(n replica.Node, content string) {
+	info, err := c.stores[n].GetVolume(ctx, volID)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte(content), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// eventually waits for cond, failing with what after 10 s.
+func (c *cluster) eventually(what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			st, _ := c.state.Get(ctx, volID)
+			c.t.Fatalf("timed out waiting until %s; state %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// newestStored is the newest replication snapshot n's store holds.
+func (c *cluster) newestStored(n replica.Node) replica.SnapshotNumber {
+	list, _ := c.stores[n].ListSnapshots(ctx, volID)
+	var newest replica.SnapshotNumber
+	for _, s := range list {
+		if num, ok := replica.ParseSnapshotName(s.Name); ok && num > newest {
+			newest = num
+		}
+	}
+	return newest
+}
+
+// holds reports whether n's copy reads content in its newest snapshot's
+// data (the live file on a secondary is the received snapshot).
+func (c *cluster) holds(n replica.Node, content string) bool {
+	info, err := c.stores[n].GetVolume(ctx, volID)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(info.MountPath, "data"))
+	return err == nil && string(b) == content
+}
+
+func TestReplicasCatchUpFullThenIncrementallyAndALateJoinerToo(t *testing.T) {
+	c := newCluster(t, 2, "a", "b", "c")
+	c.write("a", "v1")
+	c.start("a")
+	c.start("b")
+	c.eventually("b holds v1", func() bool { return c.holds("b", "v1") })
+	c.write("a", "v2")
+	c.eventually("b holds v2", func() bool { return c.holds("b", "v2") })
+	c.start("c") // a late joiner
+	c.eventually("c holds v2", func() bool { return c.holds("c", "v2") })
+	c.eventually("all three ready", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		ready := 0
+		for _, r := range st.Replicas {
+			if r.Ready {
+				ready++
+			}
+		}
+		return ready == 3
+	})
+}
+
+func TestADivergedOldPrimaryIsRolledBackWithAnEventAndResyncs(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.write("a", "v1")
+	c.start("a")
+	c.start("b")
+	c.eventually("b holds v1", func() bool { return c.holds("b", "v1") })
+	// b is cut off; a snapshots v2 that b never gets.
+	c.stop("b")
+	bHolds := c.newestStored("b")
+	c.write("a", "v2-lost")
+	st0, _ := c.state.Get(ctx, volID)
+	before, _ := st0.Replica("a")
+	c.eventually("a snapshotted v2 after b's newest", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		r, _ := st.Replica("a")
+		return r.Snapshot > before.Snapshot && r.Snapshot > bHolds
+	})
+	// a is lost: b takes over in a new epoch and writes v3.
+	c.stop("a")
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Takeover(s, "b", "a") }); err != nil {
+		t.Fatal(err)
+	}
+	c.start("b")
+	c.write("b", "v3")
+	c.eventually("b snapshotted in epoch 2", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		r, _ := st.Replica("b")
+		return r.SnapshotEpoch == 2
+	})
+	// a comes back: its epoch-1 snapshot after the common base is rolled back.
+	c.start("a")
+	c.eventually("a holds v3", func() bool { return c.holds("a", "v3") })
+	found := false
+	for _, r := range c.events.reasons() {
+		found = found || r == "RolledBack"
+	}
+	if !found {
+		t.Fatalf("no RolledBack event; events: %v", c.events.reasons())
+	}
+	st, _ := c.state.Get(ctx, volID)
+	if err := st.Validate(); err != nil || st.Primary != "b" {
+		t.Fatalf("state after resync: %+v, %v", st, err)
+	}
+}
+
+func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeOnlyOneDeletes(t *testing.T) {
+	c := newCluster(t, 2, "a", "b", "c")
+	c.write("a", "v1")
+	for _, n := range []replica.Node{"a", "b", "c"} {
+		c.start(n)
+	}
+	c.eventually("b and c hold v1", func() bool { return c.holds("b", "v1") && c.holds("c", "v1") })
+	c.eventually("all report the same snapshot", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		a, _ := st.Replica("a")
+		return len(st.Replicas) == 3 && st.Replicas[1].Snapshot == a.Snapshot && st.Replicas[2].Snapshot == a.Snapshot
+	})
+	c.stop("a") // the primary stops snapshotting, so b and c stay at its snapshot
+	c.stop("b")
+	c.stop("c")
+	// Demote a, as an unpublish would, so that no active primary is involved.
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Demote(s, "a", s.Epoch) }); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 2)
+	for _, n := range []replica.Node{"b", "c"} {
+		r := c.reps[n]
+		go func() { results <- r.Terminate(context.Background(), false) }()
+	}
+	deleted := 0
+	for i := 0; i < 2; i++ {
+		err := <-results
+		if err == nil {
+			deleted++
+		} else if !errors.Is(err, replica.ErrUnsafe) {
+			t.Fatalf("Terminate: %v", err)
+		}
+	}
+	if deleted != 1 {
+		t.Fatalf("%d replicas deleted their copy; exactly one may (a plus one other must keep the newest)", deleted)
+	}
+	kept := 0
+	for _, n := range []replica.Node{"b", "c"} {
+		if _, err := c.stores[n].GetVolume(ctx, volID); err == nil {
+			kept++
+		}
+	}
+	st, _ := c.state.Get(ctx, volID)
+	if kept != 1 || len(st.Replicas) != 2 {
+		t.Fatalf("kept %d copies on b and c, list %+v", kept, st.Replicas)
+	}
+}
