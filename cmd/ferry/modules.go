@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/memstore"
 	"github.com/ferry-csi/ferry/adapters/mount"
+	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -152,23 +153,17 @@ func volumeManagerApp(o *Options) fx.Option {
 	return fx.Options(
 		base(o, "volume-manager"),
 		storeModule(o),
-		fx.Provide(func(cfg app.Config, s ports.SnapshotStore) (*app.VolumeManager, error) {
-			id, err := volume.ParseID("--volume", o.Volume)
-			if err != nil {
-				return nil, err
-			}
-			return app.NewVolumeManager(cfg, id, s), nil
-		}),
-		fx.Invoke(func(lc fx.Lifecycle, m *app.VolumeManager, log *zap.Logger) {
-			log = log.With(zap.String("volume", o.Volume))
-			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
-				r, err := m.LocalReplica(ctx)
-				if err != nil {
-					return err
-				}
-				log.Info("local replica read", zap.Uint64("snapshot", uint64(r.Snapshot)), zap.Uint64("epoch", uint64(r.SnapshotEpoch)))
-				return nil
-			}})
-		}),
+		fx.Provide(
+			func() (ports.ClusterState, error) { return clusterState(o) },
+			func(lc fx.Lifecycle) (*peer.Client, error) { return peerClient(lc, o) },
+			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, log *zap.Logger) (*app.Replicator, error) {
+				return replicator(o, s, c, t, log)
+			},
+		),
+		fx.Invoke(
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
+			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
+		),
 	)
 }

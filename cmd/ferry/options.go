@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -25,6 +27,21 @@ type Options struct {
 	MemoryDir string
 
 	Volume string // volume-manager: the volume ID
+
+	// Replication (volume-manager; the peer flags also in daemon).
+	PeerListen       string
+	PeerCert         string
+	PeerKey          string
+	PeerCA           string
+	PeerServerName   string
+	InsecurePeer     bool
+	Peers            string // static node=host:port list
+	ClusterState     string // file:<dir>
+	Tick             time.Duration
+	SnapshotInterval time.Duration
+	AllowedLag       uint64
+	Keep             int
+	StatusListen     string
 }
 
 // DefaultDriverName is Ferry's CSI driver name.
@@ -68,11 +85,28 @@ func controllerFlags(fs *flag.FlagSet) *Options {
 	return o
 }
 
+func peerFlags(fs *flag.FlagSet, o *Options) {
+	fs.StringVar(&o.PeerListen, "peer-listen", "", "address of this node's peer service (host:port); empty: none")
+	fs.StringVar(&o.PeerCert, "peer-cert", "/etc/ferry/peer/tls.crt", "peer mutual-TLS certificate (from a Kubernetes Secret)")
+	fs.StringVar(&o.PeerKey, "peer-key", "/etc/ferry/peer/tls.key", "peer mutual-TLS key")
+	fs.StringVar(&o.PeerCA, "peer-ca", "/etc/ferry/peer/ca.crt", "CA that signs every node's peer certificate")
+	fs.StringVar(&o.PeerServerName, "peer-server-name", "ferry-peer", "name every peer certificate carries (SAN), checked when dialling a peer")
+	fs.BoolVar(&o.InsecurePeer, "insecure-peer", false, "serve and dial peers in plaintext, without authentication (tests only; never in a cluster) (default false)")
+}
+
 func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	o := commonFlags(fs)
 	nodeFlags(fs, o)
 	storeFlags(fs, o)
+	peerFlags(fs, o)
 	fs.StringVar(&o.Volume, "volume", os.Getenv("FERRY_VOLUME"), "ID of the volume whose replica this process manages (default: $FERRY_VOLUME)")
+	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,... (until peers are found through the cluster)")
+	fs.StringVar(&o.ClusterState, "cluster-state", "", "where the shared replica list lives: file:<dir> (shared by processes on one machine)")
+	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides")
+	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
+	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
+	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
+	fs.StringVar(&o.StatusListen, "status-listen", "", "address of an HTTP endpoint serving the replica's status as JSON at /status; empty: none")
 	return o
 }
 
@@ -84,8 +118,35 @@ func (o *Options) validate(mode string) error {
 	if o.Store != "zfs" && o.Store != "memory" {
 		errs = append(errs, errors.New("--store must be zfs or memory"))
 	}
-	if mode == "volume-manager" && o.Volume == "" {
-		errs = append(errs, errors.New("--volume is required (or set FERRY_VOLUME)"))
+	if mode == "volume-manager" {
+		if o.Volume == "" {
+			errs = append(errs, errors.New("--volume is required (or set FERRY_VOLUME)"))
+		}
+		if o.ClusterState != "" && !strings.HasPrefix(o.ClusterState, "file:") {
+			errs = append(errs, errors.New("--cluster-state must be file:<dir>"))
+		}
+		if o.Tick <= 0 || o.SnapshotInterval < o.Tick {
+			errs = append(errs, errors.New("--tick must be positive and --snapshot-interval at least --tick"))
+		}
+		if _, err := parsePeers(o.Peers); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// parsePeers reads node=host:port,... into a map.
+func parsePeers(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		node, addr, ok := strings.Cut(kv, "=")
+		if !ok || node == "" || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not node=host:port", kv)
+		}
+		out[node] = addr
+	}
+	return out, nil
 }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ferry-csi/ferry/adapters/eventlog"
+	"github.com/ferry-csi/ferry/adapters/filecluster"
+	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+func (o *Options) tlsFiles() peer.TLSFiles {
+	return peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName}
+}
+
+// peerServer serves this node's snapshots to its peers when --peer-listen
+// is set: mutual TLS unless --insecure-peer.
+func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap.Logger) error {
+	if o.PeerListen == "" {
+		return nil
+	}
+	var creds credentials.TransportCredentials
+	if !o.InsecurePeer {
+		c, err := peer.ServerTLS(o.tlsFiles())
+		if err != nil {
+			return err
+		}
+		creds = c
+	} else {
+		log.Warn("peer service without TLS (--insecure-peer): any process that reaches the port can read volumes")
+	}
+	srv := peer.NewServer(store, creds, log.Named("peer"))
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			l, err := net.Listen("tcp", o.PeerListen)
+			if err != nil {
+				return fmt.Errorf("peer service: %w", err)
+			}
+			go func() { _ = srv.Serve(l) }()
+			log.Info("serving peers", zap.String("address", l.Addr().String()), zap.Bool("tls", !o.InsecurePeer))
+			return nil
+		},
+		OnStop: func(context.Context) error { srv.Stop(); return nil },
+	})
+	return nil
+}
+
+func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
+	peers, err := parsePeers(o.Peers)
+	if err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials
+	if !o.InsecurePeer {
+		if creds, err = peer.ClientTLS(o.tlsFiles()); err != nil {
+			return nil, err
+		}
+	}
+	c := peer.NewClient(func(n replica.Node) (string, error) {
+		if addr, ok := peers[string(n)]; ok {
+			return addr, nil
+		}
+		return "", fmt.Errorf("no address known for node %s (--peers)", n)
+	}, creds)
+	lc.Append(fx.Hook{OnStop: func(context.Context) error { return c.Close() }})
+	return c, nil
+}
+
+func clusterState(o *Options) (ports.ClusterState, error) {
+	dir, ok := strings.CutPrefix(o.ClusterState, "file:")
+	if !ok || dir == "" {
+		return nil, errors.New("--cluster-state is required: file:<dir> (the Kubernetes resource comes with the orchestration stage)")
+	}
+	return filecluster.New(dir)
+}
+
+func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, log *zap.Logger) (*app.Replicator, error) {
+	id, err := volume.ParseID("--volume", o.Volume)
+	if err != nil {
+		return nil, err
+	}
+	cfg := app.ReplicatorConfig{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep}
+	return app.NewReplicator(cfg, store, cluster, t, eventlog.Recorder{Log: log.Named("events")}, log), nil
+}
+
+// runReplicator runs the volume manager; on stop (SIGTERM) it runs the
+// safe-deletion protocol: the local copy goes only if enough up-to-date
+// replicas remain, else it stays for the next volume manager.
+func runReplicator(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { _ = r.Run(ctx); close(done) }()
+			return nil
+		},
+		OnStop: func(stopCtx context.Context) error {
+			cancel()
+			<-done
+			err := r.Terminate(stopCtx, false)
+			if err != nil {
+				log.Warn("local copy kept on termination", zap.String("volume", o.Volume), zap.Error(err))
+			} else {
+				log.Info("local copy released on termination", zap.String("volume", o.Volume))
+			}
+			return nil
+		},
+	})
+}
+
+// statusServer serves GET /status (the replica's Status as JSON).
+func statusServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+	if o.StatusListen == "" {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(r.Status())
+	})
+	srv := &http.Server{Addr: o.StatusListen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			l, err := net.Listen("tcp", o.StatusListen)
+			if err != nil {
+				return err
+			}
+			go func() { _ = srv.Serve(l) }()
+			log.Info("serving status", zap.String("address", l.Addr().String()))
+			return nil
+		},
+		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
+	})
+}
