@@ -1,5 +1,6 @@
 # Ferry's build and test entry points. `make help` lists them.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 export PATH := /usr/local/go/bin:$(PATH)
 
 CACHE       ?= $(HOME)/.cache/ferry
@@ -9,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -43,7 +44,10 @@ sanity: build $(TOOLS)/csi-sanity zfs-up ## csi-sanity against ferry on a real Z
 demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI client walking a volume's life
 	go run ./tests/demo -ferry $(BIN)/ferry
 
-test: lint-layers vet unit sanity ## everything CI runs
+test-replication: build zfs-up ## replication end to end: 3 pools, 3 volume managers per volume, mTLS over 127.0.0.1
+	FERRY_BIN=$(BIN)/ferry $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
+
+test: lint-layers vet unit sanity test-replication ## everything CI runs
 	@echo "make test: all passed"
 
 clean: ## remove build outputs

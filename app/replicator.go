@@ -78,7 +78,7 @@ func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster port
 	}
 	return &Replicator{
 		cfg: cfg, store: store, cluster: cluster, transport: transport, events: events,
-		log: log.With(zap.String("volume", string(cfg.Volume)), zap.String("node", string(cfg.Node))),
+		log: log.With(zap.String("volume", string(cfg.Volume))),
 		m:   replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
 	}
 }
@@ -126,9 +126,11 @@ func (r *Replicator) settle(ctx context.Context) {
 		}
 		err := r.exec(ctx, a)
 		r.mu.Lock()
-		r.status.LastError = ""
-		if err != nil {
+		switch {
+		case err != nil:
 			r.status.LastError = err.Error()
+		case progressMade(a):
+			r.status.LastError = ""
 		}
 		r.mu.Unlock()
 		if err != nil {
@@ -136,6 +138,16 @@ func (r *Replicator) settle(ctx context.Context) {
 		}
 		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
 	}
+}
+
+// progressMade: actions whose success clears the last error (a report or a
+// listing succeeding says nothing about why the replica was behind).
+func progressMade(a replica.Action) bool {
+	switch a.(type) {
+	case replica.Fetch, replica.TakeSnapshot, replica.Rollback, replica.Replace:
+		return true
+	}
+	return false
 }
 
 // observe feeds the machine the shared state and the local snapshots.

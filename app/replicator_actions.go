@@ -120,6 +120,10 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	}
 	for _, s := range local {
 		if s.Number == a.Target.Number && s.GUID == a.Target.GUID {
+			// The stream carries no metadata: record the epoch the peer listed.
+			if err := r.store.SetSnapshotMetadata(ctx, r.cfg.Volume, req.To, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(a.Target.Epoch), 10)}); err != nil {
+				return err
+			}
 			log.Info("snapshot received", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6), zap.Duration("took", p.Elapsed()))
 			return nil
 		}

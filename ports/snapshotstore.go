@@ -41,6 +41,10 @@ type SnapshotStore interface {
 	// CreateSnapshot takes an atomic snapshot named name. ErrExists if a
 	// snapshot of that name exists on the volume.
 	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (SnapshotInfo, error)
+	// SetSnapshotMetadata merges Ferry metadata keys into a snapshot's.
+	// Streams do not carry metadata: a receiver records what it knows (the
+	// epoch the sender listed) after a receive.
+	SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error
 	// ListSnapshots lists a volume's snapshots, oldest first, or those of
 	// every volume when id is empty (sorted by volume, then age).
 	ListSnapshots(ctx context.Context, id volume.ID) ([]SnapshotInfo, error)
@@ -55,8 +59,9 @@ type SnapshotStore interface {
 	// The caller must Close the stream; closing it early (or cancelling ctx)
 	// stops the sender and releases its process.
 	Send(ctx context.Context, req SendRequest) (io.ReadCloser, error)
-	// Receive applies a stream made by Send. A full stream creates the
-	// volume (ErrExists if it exists); an incremental one applies on top of
+	// Receive applies a stream made by Send, with the snapshot's data and
+	// GUID but not its metadata. A full stream creates the volume
+	// (ErrExists if it exists); an incremental one applies on top of
 	// its base and fails if the volume changed since: Receive never rolls
 	// back on its own. On failure nothing partial is left behind, except a
 	// resumable state where the store supports it (none yet).

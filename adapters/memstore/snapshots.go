@@ -67,6 +67,23 @@ func (s *Store) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.Snapsh
 	return out, nil
 }
 
+func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	i := v.find(name)
+	if i < 0 {
+		return fmt.Errorf("snapshot %s@%s: %w", id, name, ports.ErrNotFound)
+	}
+	for k, val := range metadata {
+		v.snaps[i].meta[k] = val
+	}
+	return nil
+}
+
 func (s *Store) DestroySnapshot(ctx context.Context, id volume.ID, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -19,7 +19,6 @@ type stream struct {
 	Name     string
 	GUID     uint64
 	Created  int64
-	Meta     map[string]string
 	Files    map[string][]byte
 }
 
@@ -34,7 +33,8 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	if to < 0 {
 		return nil, fmt.Errorf("send %s@%s: %w", req.Volume, req.To, ports.ErrNotFound)
 	}
-	st := stream{Name: req.To, GUID: v.snaps[to].guid, Created: v.snaps[to].created.Unix(), Meta: v.snaps[to].meta, Files: v.snaps[to].files}
+	// Like zfs send without -p, a stream carries no metadata.
+	st := stream{Name: req.To, GUID: v.snaps[to].guid, Created: v.snaps[to].created.Unix(), Files: v.snaps[to].files}
 	if req.From != "" {
 		from := v.find(req.From)
 		if from < 0 {
@@ -93,6 +93,6 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, r io.Reader) error {
 		return err
 	}
 	txg := s.nextTxg()
-	v.snaps = append(v.snaps, &snap{name: st.Name, guid: st.GUID, txg: txg, created: timeUnix(st.Created), meta: copyMap(st.Meta), files: st.Files})
+	v.snaps = append(v.snaps, &snap{name: st.Name, guid: st.GUID, txg: txg, created: timeUnix(st.Created), meta: map[string]string{}, files: st.Files})
 	return nil
 }

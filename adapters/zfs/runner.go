@@ -55,6 +55,7 @@ var stderrKinds = []struct {
 	{"out of space", ports.ErrNoSpace},
 	{"greater than available space", ports.ErrNoSpace},
 	{"no space left", ports.ErrNoSpace},
+	{"quota exceeded", ports.ErrNoSpace},
 	{"is busy", ports.ErrBusy},
 	{"has dependent clones", ports.ErrBusy},
 	{"has children", ports.ErrBusy},
@@ -88,6 +89,7 @@ func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
 func (r runner) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = commandEnv()
+	dieWithParent(cmd)
 	return cmd
 }
 

@@ -30,6 +30,17 @@ func (s *Store) CreateSnapshot(ctx context.Context, id volume.ID, name string, m
 	return s.snapshotInfo(id, rows[0]), nil
 }
 
+// SetSnapshotMetadata sets Ferry user properties on one snapshot.
+func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	if _, err := s.get(ctx, false, s.snapshot(id, name)); err != nil {
+		return fmt.Errorf("snapshot %s@%s: %w", id, name, err)
+	}
+	return s.setMeta(s.snapshot(id, name), metadata)
+}
+
 // ListSnapshots lists one volume's snapshots, or every owned volume's.
 func (s *Store) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error) {
 	var rows []*propRow

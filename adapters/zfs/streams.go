@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -35,25 +37,95 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	return s.run.stream(ctx, args...)
 }
 
-// Receive runs `zfs recv` (never -F) with the stream as stdin. A full
-// stream creates the dataset; Ferry marks it as its own at once.
+// Receive runs `zfs recv` (never -F) with the stream as stdin.
+//
+// An incremental stream applies to the existing, owned volume. A full
+// stream is received into a staging dataset, "<parent>/_incoming-<digest>"
+// (a leading '_' is never a volume ID, so the name is Ferry's by
+// construction), marked as Ferry's, then renamed into place: a receive that
+// fails or is killed never leaves an unmarked dataset where the volume
+// belongs, and a staging dataset left by a crash is destroyed by the next
+// attempt.
 func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) error {
 	_, err := s.GetVolume(ctx, id)
-	existed := err == nil
-	if err != nil && !errors.Is(err, ports.ErrNotFound) {
+	switch {
+	case err == nil:
+		return s.recv(ctx, id, s.dataset(id), stream)
+	case !errors.Is(err, ports.ErrNotFound):
 		return err // never receive into a dataset Ferry does not own
 	}
+	staging := s.root + "/_incoming-" + volume.Digest(string(id))
+	if err := s.destroyIfExists(ctx, staging); err != nil {
+		return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
+	}
+	if err := s.recv(ctx, id, staging, stream); err != nil {
+		if derr := s.destroyIfExists(context.WithoutCancel(ctx), staging); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the partial receive: %w", derr))
+		}
+		return err
+	}
+	if err := s.setMeta(staging, map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}); err != nil {
+		return err
+	}
+	// zfs-fuse refuses to rename a mounted dataset ("dataset is busy").
+	err = retryBusy(ctx, func() error {
+		if err := s.unmount(ctx, staging); err != nil {
+			return err
+		}
+		_, err := s.run.zfs(ctx, "rename", staging, s.dataset(id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("receive %s: moving the received dataset into place: %w", id, err)
+	}
+	if _, err := s.run.zfs(ctx, "mount", s.dataset(id)); err != nil && !strings.Contains(err.Error(), "already mounted") {
+		return fmt.Errorf("receive %s: mounting: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io.Reader) error {
 	var stderr bytes.Buffer
-	args := []string{"recv", s.dataset(id)}
+	args := []string{"recv", target}
 	cmd := s.run.command(ctx, s.run.zfsBin, args...)
 	cmd.Stdin, cmd.Stderr = stream, &stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("receive %s: %w", id, s.run.fail(ctx, s.run.zfsBin, args, stderr.String(), err))
 	}
-	if !existed {
-		if err := s.setMeta(s.dataset(id), map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}); err != nil {
+	return nil
+}
+
+// destroyIfExists destroys a dataset of Ferry's own making (staging) and
+// its snapshots; a missing one is fine.
+func (s *Store) destroyIfExists(ctx context.Context, dataset string) error {
+	if _, err := s.get(ctx, false, dataset); errors.Is(err, ports.ErrNotFound) {
+		return nil
+	}
+	return retryBusy(ctx, func() error {
+		if err := s.unmount(ctx, dataset); err != nil {
+			return err
+		}
+		_, err := s.run.zfs(ctx, "destroy", "-r", dataset)
+		return err
+	})
+}
+
+// retryBusy runs fn until it does not fail with ErrBusy, for up to about a
+// second: zfs-fuse answers "dataset is busy" for a moment after a dataset
+// (or a bind mount of it) was unmounted.
+func retryBusy(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err = fn(); err == nil || !errors.Is(err, ports.ErrBusy) {
 			return err
 		}
 	}
-	return nil
+	return err
 }

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	gozfs "github.com/mistifyio/go-zfs/v3"
 
@@ -109,27 +108,19 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.dataset(id)}
-	var err error
-	for attempt := 0; attempt < 10; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
+	err := retryBusy(ctx, func() error {
+		if err := s.unmount(ctx, s.dataset(id)); err != nil && !errors.Is(err, ports.ErrBusy) {
+			return err
 		}
-		if uerr := s.unmount(ctx, s.dataset(id)); uerr != nil && !errors.Is(uerr, ports.ErrBusy) {
-			return fmt.Errorf("destroy volume %s: %w", id, uerr)
+		if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {
+			return goZFSError(err)
 		}
-		if err = ds.Destroy(gozfs.DestroyRecursive); err == nil {
-			return nil
-		}
-		err = goZFSError(err)
-		if !errors.Is(err, ports.ErrBusy) {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("destroy volume %s: %w", id, err)
 	}
-	return fmt.Errorf("destroy volume %s: %w", id, err)
+	return nil
 }
 
 // unmount unmounts a dataset; one that is not mounted is fine.

@@ -233,6 +233,20 @@ func (mr *MockSnapshotStoreMockRecorder) SetMetadata(ctx, id, metadata any) *gom
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetMetadata", reflect.TypeOf((*MockSnapshotStore)(nil).SetMetadata), ctx, id, metadata)
 }
 
+// SetSnapshotMetadata mocks base method.
+func (m *MockSnapshotStore) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "SetSnapshotMetadata", ctx, id, name, metadata)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// SetSnapshotMetadata indicates an expected call of SetSnapshotMetadata.
+func (mr *MockSnapshotStoreMockRecorder) SetSnapshotMetadata(ctx, id, name, metadata any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetSnapshotMetadata", reflect.TypeOf((*MockSnapshotStore)(nil).SetSnapshotMetadata), ctx, id, name, metadata)
+}
+
 // MockMounter is a mock of Mounter interface.
 type MockMounter struct {
 	ctrl     *gomock.Controller

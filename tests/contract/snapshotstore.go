@@ -36,6 +36,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"resize grows the capacity", resizeGrows},
 		{"snapshots are ordered, distinct by GUID and carry their metadata", snapshotsOrdered},
 		{"a full stream recreates the data and keeps the snapshot GUID", fullStream},
+		{"streams carry no metadata; the receiver sets it", snapshotMetadataIsSetNotSent},
 		{"an incremental stream applies only on its unchanged base", incrementalStream},
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
@@ -388,4 +389,27 @@ func capacityAccounting(t *testing.T, s ports.SnapshotStore) {
 	if d := before.AvailableBytes - after.AvailableBytes; d < 32*volume.MiB {
 		t.Fatalf("a 32 MiB volume reduced available bytes by %d", d)
 	}
+}
+
+func snapshotMetadataIsSetNotSent(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "x")
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", map[string]string{ports.MetaEpoch: "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := s.ListSnapshots(ctx, "dst")
+	if len(list) != 1 || list[0].Metadata[ports.MetaEpoch] != "" {
+		t.Fatalf("received snapshot %+v: want s1 without metadata", list)
+	}
+	if err := s.SetSnapshotMetadata(ctx, "dst", "s1", map[string]string{ports.MetaEpoch: "4"}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = s.ListSnapshots(ctx, "dst")
+	if list[0].Metadata[ports.MetaEpoch] != "4" {
+		t.Fatalf("after SetSnapshotMetadata: %+v", list[0])
+	}
+	wantErr(t, "SetSnapshotMetadata of a missing snapshot", s.SetSnapshotMetadata(ctx, "dst", "nope", map[string]string{ports.MetaEpoch: "1"}), ports.ErrNotFound)
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package zfs
+
+import "os/exec"
+
+func dieWithParent(*exec.Cmd) {}

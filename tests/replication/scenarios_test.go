@@ -1,0 +1,253 @@
+//go:build replication
+
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+func TestInitialFullSyncThenIncrementalsThenALateJoiner(t *testing.T) {
+	c := newVolume(t, "vol-sync", 2)
+	c.write("a", "first.bin", 20<<20)
+	c.start("a")
+	c.start("b")
+	sum := c.converged("a", "b")
+	t.Logf("full sync: b holds %s", sum)
+	if !c.logHas("b", "fetching snapshot", `"base":""`) {
+		t.Error("b's first fetch was not a full stream")
+	}
+	c.write("a", "second.bin", 5<<20)
+	sum = c.converged("a", "b")
+	t.Logf("incremental: b holds %s", sum)
+	if !c.logHas("b", "snapshot received", `"base":"ferry-`) {
+		t.Error("b never received an incremental stream")
+	}
+	c.start("c")
+	sum = c.converged("a", "b", "c")
+	t.Logf("late joiner: c holds %s", sum)
+	c.eventually("all three ready", 30*time.Second, func() bool {
+		st, _ := c.state.Get(ctx, c.id)
+		ready := 0
+		for _, r := range st.Replicas {
+			if r.Ready {
+				ready++
+			}
+		}
+		return ready == 3
+	})
+}
+
+func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
+	c := newVolume(t, "vol-kill", 2)
+	c.write("a", "big.bin", 300<<20)
+	c.start("a")
+	c.eventually("a snapshotted", 20*time.Second, func() bool {
+		s, err := c.statusOf("a")
+		return err == nil && s.Snapshot > 0
+	})
+	killMidStream := func(what string) {
+		c.start("b")
+		c.eventually("b's "+what+" is under way", 60*time.Second, func() bool {
+			s, err := c.statusOf("b")
+			return err == nil && s.Transfer != nil && s.Transfer.Bytes > 8<<20
+		})
+		c.kill("b") // SIGKILL: its zfs recv dies with it (Pdeathsig)
+		c.eventually("no zfs recv outlives the killed volume manager", 10*time.Second, func() bool {
+			out, _ := exec.Command("pgrep", "-f", "zfs recv "+pools["b"].Name).CombinedOutput()
+			return strings.TrimSpace(string(out)) == ""
+		})
+	}
+
+	killMidStream("full transfer")
+	if _, err := stores["b"].GetVolume(ctx, c.id); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("after the killed full transfer b holds a partial volume: %v", err)
+	}
+	c.start("b")
+	sum := c.converged("a", "b")
+	if out, _ := exec.Command("zfs", "list", "-H", "-o", "name", "-r", pools["b"].Name).CombinedOutput(); strings.Contains(string(out), "_incoming") {
+		t.Fatalf("a staging dataset of the killed receive is left:\n%s", out)
+	}
+	t.Logf("after a killed full transfer, b restarted it and holds %s", sum)
+
+	st, _ := c.state.Get(ctx, c.id)
+	base, _ := st.Replica("b")
+	c.stop("b")
+	c.write("a", "more.bin", 300<<20)
+	killMidStream("incremental transfer")
+	c.start("b")
+	sum = c.converged("a", "b")
+	if !c.logHas("b", "snapshot received", fmt.Sprintf(`"base":"%s"`, replica.SnapshotName(base.Snapshot))) {
+		t.Fatalf("b did not resume incrementally from its last complete snapshot %d", base.Snapshot)
+	}
+	t.Logf("after a killed incremental transfer, b resumed from its last complete snapshot and holds %s", sum)
+}
+
+func TestAReplicaWhosePoolIsFullFailsClearlyAndTheOthersAreUnaffected(t *testing.T) {
+	c := newVolume(t, "vol-full", 2)
+	c.write("a", "data.bin", 120<<20)
+	// Fill c's pool: a reservation of all but 16 MiB of its free space.
+	avail, err := exec.Command("zfs", "get", "-H", "-p", "-o", "value", "available", pools["c"].Name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, _ := strconv.ParseInt(strings.TrimSpace(string(avail)), 10, 64)
+	filler := pools["c"].Name + "/filler"
+	if out, err := exec.Command("zfs", "create", "-o", fmt.Sprintf("refreservation=%d", free-(16<<20)), filler).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("zfs", "destroy", filler).Run() })
+	for _, n := range nodes {
+		c.start(n)
+	}
+	c.eventually("c reports that its pool is full", 60*time.Second, func() bool {
+		return c.logHas("c", "fetch failed", "out of space") || c.logHas("c", "fetch failed", "no space")
+	})
+	sum := c.converged("a", "b")
+	if s, err := c.statusOf("c"); err != nil || !strings.Contains(s.LastError, "space") {
+		t.Errorf("c's status does not say why it is behind: %+v, %v", s, err)
+	}
+	if _, err := stores["c"].GetVolume(ctx, c.id); !errors.Is(err, ports.ErrNotFound) {
+		t.Errorf("c holds a partial copy after failed receives: %v", err)
+	}
+	t.Logf("a and b hold %s while c's pool is full", sum)
+}
+
+func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
+	c := newVolume(t, "vol-diverge", 2)
+	c.write("a", "v1.bin", 4<<20)
+	c.start("a")
+	c.start("b")
+	c.converged("a", "b")
+	// b is cut off; a keeps writing and snapshotting: writes b never sees.
+	c.stop("b")
+	st, _ := c.state.Get(ctx, c.id)
+	before, _ := st.Replica("a")
+	c.write("a", "lost.bin", 2<<20)
+	c.eventually("a snapshotted the lost write", 20*time.Second, func() bool {
+		s, err := c.statusOf("a")
+		return err == nil && s.Snapshot > before.Snapshot
+	})
+	// a's node is lost: b takes over in a new epoch and writes.
+	c.kill("a")
+	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Takeover(s, "b", "a") }); err != nil {
+		t.Fatal(err)
+	}
+	c.start("b")
+	c.write("b", "v3.bin", 3<<20)
+	c.eventually("b snapshotted in epoch 2", 20*time.Second, func() bool {
+		s, err := c.statusOf("b")
+		return err == nil && s.Epoch == 2
+	})
+	// a comes back as a secondary: rolled back, with its reason, and resynced.
+	c.start("a")
+	sum := c.converged("b", "a")
+	if !c.logHas("a", "replica diverged: rolling back", "older epoch") {
+		t.Error("a's log does not say it rolled back and why")
+	}
+	if !c.logHas("a", `"reason":"RolledBack"`) {
+		t.Error("no RolledBack event was raised")
+	}
+	if dir, _ := c.mountPath("a"); fileExists(dir + "/lost.bin") {
+		t.Error("the write b never saw survived on a")
+	}
+	st, _ = c.state.Get(ctx, c.id)
+	if err := st.Validate(); err != nil || st.Primary != "b" {
+		t.Fatalf("state %+v: %v", st, err)
+	}
+	t.Logf("a rolled back and holds b's data %s", sum)
+}
+
+func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeExactlyOneDeletes(t *testing.T) {
+	c := newVolume(t, "vol-term", 2)
+	c.write("a", "data.bin", 4<<20)
+	for _, n := range nodes {
+		c.start(n)
+	}
+	c.converged("a", "b", "c")
+	// The primary stops (as at unpublish): b and c hold its newest snapshot.
+	c.stop("a")
+	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Demote(s, "a", s.Epoch) }); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("b and c report a's newest snapshot", 20*time.Second, func() bool {
+		st, _ := c.state.Get(ctx, c.id)
+		a, _ := st.Replica("a")
+		b, _ := st.Replica("b")
+		cc, _ := st.Replica("c")
+		return b.Snapshot == a.Snapshot && cc.Snapshot == a.Snapshot
+	})
+	done := make(chan replica.Node, 2)
+	for _, n := range []replica.Node{"b", "c"} {
+		cmd := c.procs[n]
+		_ = cmd.Process.Signal(sigterm)
+		go func() { _ = cmd.Wait(); done <- n }()
+	}
+	<-done
+	<-done
+	delete(c.procs, "b")
+	delete(c.procs, "c")
+	kept := 0
+	for _, n := range []replica.Node{"b", "c"} {
+		if _, err := stores[n].GetVolume(ctx, c.id); err == nil {
+			kept++
+		}
+	}
+	if kept != 1 {
+		t.Fatalf("%d of b and c kept their copy; exactly one must (rf 2: a and one other)", kept)
+	}
+	released := 0
+	for _, n := range []replica.Node{"b", "c"} {
+		if c.logHas(n, "local copy destroyed") {
+			released++
+		}
+	}
+	if released != 1 {
+		t.Fatalf("%d managers logged destroying their copy, want 1", released)
+	}
+}
+
+func TestAPeerAskingForAForeignDatasetOrAPathIsRefusedAndLogged(t *testing.T) {
+	c := newVolume(t, "vol-guard", 1)
+	c.start("a")
+	c.eventually("a snapshotted", 20*time.Second, func() bool {
+		s, err := c.statusOf("a")
+		return err == nil && s.Snapshot > 0
+	})
+	foreign := pools["a"].Name + "/ferry/stranger"
+	if out, err := exec.Command("zfs", "create", foreign).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	_ = exec.Command("zfs", "snapshot", foreign+"@ferry-1").Run()
+	t.Cleanup(func() { _ = exec.Command("zfs", "destroy", "-r", foreign).Run() })
+	creds, err := peer.ClientTLS(peer.TLSFiles{Cert: certs["b"].Cert, Key: certs["b"].Key, CA: certs["b"].CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := peer.NewClient(func(replica.Node) (string, error) { return fmt.Sprintf("127.0.0.1:%d", c.peerPort["a"]), nil }, creds)
+	defer client.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "stranger", To: "ferry-1"}); !errors.Is(err, ports.ErrNotOwned) {
+		t.Fatalf("a dataset Ferry does not own: %v, want ErrNotOwned", err)
+	}
+	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "../../etc", To: "ferry-1"}); !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("a path: %v, want ErrInvalid", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if !c.logHas("a", "peer request refused", "not owned", "node-b") || !c.logHas("a", "peer request refused", "../../etc") {
+		t.Fatalf("refusals not logged with the peer's name:\n%s", tail(c.logs["a"], 10))
+	}
+}
+
+func fileExists(p string) bool { return exec.Command("test", "-e", p).Run() == nil }
