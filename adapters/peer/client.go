@@ -64,7 +64,9 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})),
+		grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
+		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize))
 	if err != nil {
 		return nil, fmt.Errorf("peer %s at %s: %v: %w", node, addr, err, ports.ErrUnavailable)
 	}

@@ -36,3 +36,11 @@ const (
 // matter: measured here, a TCP hop written in 8 KiB pieces ran at 0.3 to
 // 0.6 of a raw `zfs send | zfs recv` pipe, in 1 MiB pieces at about 1.
 const ChunkSize = 1 << 20
+
+// Flow-control windows and socket buffers sized for bulk streams: gRPC's
+// defaults (64 KiB windows grown by estimation, 32 KiB buffers) keep a
+// stream of 1 MiB messages waiting on window updates.
+const (
+	windowSize = 32 << 20
+	bufferSize = 1 << 20
+)

@@ -68,7 +68,9 @@ func NewServer(store ports.SnapshotStore, creds credentials.TransportCredentials
 		creds = insecure.NewCredentials()
 	}
 	s := &Server{store: store, log: log}
-	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodec(codec{}))
+	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodec(codec{}),
+		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
+		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize))
 	s.grpc.RegisterService(&serviceDesc, s)
 	return s
 }

@@ -132,6 +132,9 @@ func (r runner) stream(ctx context.Context, args ...string) (io.ReadCloser, erro
 		cancel()
 		return nil, err
 	}
+	if f, ok := out.(*os.File); ok {
+		growPipe(f)
+	}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		return nil, r.fail(ctx, r.zfsBin, args, "", err)

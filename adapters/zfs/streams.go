@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -84,13 +85,39 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 	return nil
 }
 
+// recv feeds stream to `zfs recv target` through a pipe of our own making
+// (so that it can be enlarged). A stream that fails mid-way closes the pipe
+// with its error: zfs recv sees a truncated stream and receives nothing.
 func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io.Reader) error {
 	var stderr bytes.Buffer
 	args := []string{"recv", target}
 	cmd := s.run.command(ctx, s.run.zfsBin, args...)
-	cmd.Stdin, cmd.Stderr = stream, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("receive %s: %w", id, s.run.fail(ctx, s.run.zfsBin, args, stderr.String(), err))
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	growPipe(pw)
+	cmd.Stdin, cmd.Stderr = pr, &stderr
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return fmt.Errorf("receive %s: %w", id, err)
+	}
+	pr.Close() // the child holds its own copy
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(pw, stream)
+		pw.Close()
+		copied <- err
+	}()
+	werr := cmd.Wait()
+	pw.Close() // unblocks the copy if zfs recv exited early
+	cerr := <-copied
+	if werr != nil {
+		return fmt.Errorf("receive %s: %w", id, s.run.fail(ctx, s.run.zfsBin, args, stderr.String(), werr))
+	}
+	if cerr != nil {
+		return fmt.Errorf("receive %s: stream failed: %w", id, cerr)
 	}
 	return nil
 }
