@@ -143,7 +143,7 @@ func (r *Replicator) setTransfer(p *Progress) {
 func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 	var verdict replica.DeletionVerdict
 	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
-		v, err := replica.Leave(s, r.cfg.Node, a.VolumeGone)
+		v, err := replica.Leave(s, r.cfg.Node, a.Holds, a.VolumeGone)
 		verdict = v
 		return err
 	})

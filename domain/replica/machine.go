@@ -145,7 +145,12 @@ type DestroySnapshots struct{ Snaps []Snap }
 // LeaveVolume: remove this replica from the list by the safe-deletion rule
 // (Leave, in a compare-and-swap that fails with ErrUnsafe when not
 // allowed); on success the caller destroys the local copy.
-type LeaveVolume struct{ VolumeGone bool }
+type LeaveVolume struct {
+	// Holds is the newest snapshot the local store holds: the rule is
+	// applied to it, not to the list's entry, which may lag.
+	Holds      Snap
+	VolumeGone bool
+}
 
 // Alert: a conflict the machine cannot settle; raise it (log and event).
 type Alert struct{ Reason string }
@@ -236,12 +241,12 @@ func (m *Machine) Next() (Action, bool) {
 
 func (m *Machine) decide() Action {
 	self, listed := m.state.Replica(m.cfg.Self)
-	if m.terminating {
-		return LeaveVolume{VolumeGone: m.volumeGone}
-	}
 	newest := Snap{}
 	if len(m.local) > 0 {
 		newest = m.local[len(m.local)-1]
+	}
+	if m.terminating {
+		return LeaveVolume{Holds: newest, VolumeGone: m.volumeGone}
 	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch

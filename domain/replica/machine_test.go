@@ -298,7 +298,7 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 		e.local[n] = kept
 	case LeaveVolume:
 		next := cloneState(e.state)
-		if _, err := Leave(&next, n, a.VolumeGone); err != nil {
+		if _, err := Leave(&next, n, a.Holds, a.VolumeGone); err != nil {
 			return err
 		}
 		e.state = next

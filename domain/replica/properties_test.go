@@ -47,7 +47,8 @@ func FuzzLeaveNeverDropsCopiesOfTheNewestBelowTheBudget(f *testing.F) {
 		for _, l := range leavers {
 			node := nodes[int(l)%len(nodes)]
 			before := len(s.Replicas)
-			_, err := Leave(&s, node, false)
+			r, _ := s.Replica(node)
+			_, err := Leave(&s, node, Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch}, false)
 			if err == nil && before == len(s.Replicas) {
 				if _, still := s.Replica(node); still {
 					t.Fatalf("Leave(%s) succeeded but the entry is still listed", node)

@@ -73,11 +73,25 @@ func Demote(s *State, node Node, epoch Epoch) error {
 }
 
 // Leave removes node from the list if the safe-deletion rule allows it,
-// and returns the verdict; a refused verdict is ErrUnsafe. Run inside
-// ClusterState.Update: of two replicas leaving at once, the second sees the
-// first gone and is counted against the smaller list.
-func Leave(s *State, node Node, volumeGone bool) (DeletionVerdict, error) {
-	v := CanDestroy(*s, node, volumeGone)
+// and returns the verdict; a refused verdict is ErrUnsafe. holds is the
+// newest snapshot the replica's store holds: the rule is applied to what
+// the replica really has, not to its entry, which may lag (a snapshot
+// received but not yet reported is data only this replica may hold). Run
+// inside ClusterState.Update: of two replicas leaving at once, the second
+// sees the first gone and is counted against the smaller list.
+func Leave(s *State, node Node, holds Snap, volumeGone bool) (DeletionVerdict, error) {
+	probe := *s
+	probe.Replicas = append([]Replica(nil), s.Replicas...)
+	if i := probe.index(node); i >= 0 {
+		if (Snap{Number: holds.Number, Epoch: holds.Epoch}).Newer(Snap{Number: probe.Replicas[i].Snapshot, Epoch: probe.Replicas[i].SnapshotEpoch}) {
+			probe.Replicas[i].Snapshot, probe.Replicas[i].SnapshotEpoch = holds.Number, holds.Epoch
+		}
+	} else if holds.Number > 0 {
+		Join(&probe, node)
+		probe.Replicas[probe.index(node)].Snapshot = holds.Number
+		probe.Replicas[probe.index(node)].SnapshotEpoch = holds.Epoch
+	}
+	v := CanDestroy(probe, node, volumeGone)
 	if !v.Allowed {
 		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
 	}

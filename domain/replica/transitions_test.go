@@ -56,17 +56,34 @@ func TestPromoteStartsANewEpochAndRefusesASecondActivePrimary(t *testing.T) {
 
 func TestLeaveAppliesTheSafeDeletionRuleAndRemovesTheEntry(t *testing.T) {
 	s := threeReplicas(1)
-	if _, err := Leave(&s, "a", false); err != nil {
+	if _, err := Leave(&s, "a", Snap{Number: 5, Epoch: 1}, false); err != nil {
 		t.Fatalf("a leaves with b at 5 and rf 1: %v", err)
 	}
 	if _, ok := s.Replica("a"); ok {
 		t.Fatal("a is still listed")
 	}
-	if _, err := Leave(&s, "b", false); !errors.Is(err, ErrUnsafe) {
+	if _, err := Leave(&s, "b", Snap{Number: 5, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("b is the last holder of 5: %v, want ErrUnsafe", err)
 	}
-	if _, err := Leave(&s, "c", false); !errors.Is(err, ErrUnsafe) && err != nil {
+	if _, err := Leave(&s, "c", Snap{Number: 4, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) && err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLeaveJudgesWhatTheReplicaHoldsNotItsLaggingEntry(t *testing.T) {
+	// b received snapshot 6 but was stopped before reporting it: its entry
+	// still says 0. Only b holds 6; it must not delete.
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{
+		{Node: "a", Snapshot: 5, SnapshotEpoch: 1}, {Node: "b"},
+	}}
+	if _, err := Leave(&s, "b", Snap{Number: 6, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("leave with unreported data: %v, want ErrUnsafe", err)
+	}
+	if _, err := Leave(&s, "z", Snap{Number: 6, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("an unlisted replica holding the newest data: %v, want ErrUnsafe", err)
+	}
+	if _, err := Leave(&s, "b", Snap{}, false); err != nil {
+		t.Fatalf("a replica with no data may always leave: %v", err)
 	}
 }
 
