@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -64,7 +65,7 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(codec{})),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{})),
 		grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize))
 	if err != nil {
@@ -151,11 +152,21 @@ type fetchReader struct {
 	node   replica.Node
 	stream grpc.ClientStream
 	cancel context.CancelFunc
-	buf    []byte
+	bufs   mem.BufferSlice // the current message's buffers, not yet written
+	off    int             // bytes of bufs[0] already written
 	err    error
 }
 
+// release frees the buffers still held.
+func (r *fetchReader) release() {
+	for _, b := range r.bufs {
+		b.Free()
+	}
+	r.bufs, r.off = nil, 0
+}
+
 func (r *fetchReader) next() error {
+	r.release()
 	var c chunk
 	if err := r.stream.RecvMsg(&c); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -165,7 +176,21 @@ func (r *fetchReader) next() error {
 		}
 		return r.err
 	}
-	r.buf = c.data
+	r.bufs = c.in
+	return nil
+}
+
+// front returns the unwritten part of the current buffer, dropping
+// buffers that are done; nil when the message is used up.
+func (r *fetchReader) front() []byte {
+	for len(r.bufs) > 0 {
+		data := r.bufs[0].ReadOnlyData()[r.off:]
+		if len(data) > 0 {
+			return data
+		}
+		r.bufs[0].Free()
+		r.bufs, r.off = r.bufs[1:], 0
+	}
 	return nil
 }
 
@@ -173,7 +198,12 @@ func (r *fetchReader) next() error {
 // returns that error, never io.EOF, so a cut stream is never mistaken for a
 // complete one.
 func (r *fetchReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
+	for {
+		if data := r.front(); data != nil {
+			n := copy(p, data)
+			r.off += n
+			return n, nil
+		}
 		if r.err != nil {
 			return 0, r.err
 		}
@@ -181,23 +211,21 @@ func (r *fetchReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
 }
 
-// WriteTo hands whole chunks to w without an intermediate copy (io.Copy
+// WriteTo hands gRPC's buffers to w without an intermediate copy (io.Copy
 // uses it).
 func (r *fetchReader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for {
-		if len(r.buf) > 0 {
-			n, err := w.Write(r.buf)
+		if data := r.front(); data != nil {
+			n, err := w.Write(data)
 			total += int64(n)
-			r.buf = r.buf[n:]
+			r.off += n
 			if err != nil {
 				return total, err
 			}
+			continue
 		}
 		if r.err != nil {
 			if errors.Is(r.err, io.EOF) {
@@ -213,5 +241,6 @@ func (r *fetchReader) WriteTo(w io.Writer) (int64, error) {
 
 func (r *fetchReader) Close() error {
 	r.cancel()
+	r.release()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -68,7 +69,7 @@ func NewServer(store ports.SnapshotStore, creds credentials.TransportCredentials
 		creds = insecure.NewCredentials()
 	}
 	s := &Server{store: store, log: log}
-	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodec(codec{}),
+	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
 		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
 		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize))
 	s.grpc.RegisterService(&serviceDesc, s)
@@ -154,16 +155,21 @@ func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
 	defer r.Close() // stops zfs send if the peer went away
 	log.Info("sending snapshot")
 	start, sent := time.Now(), int64(0)
+	pool := mem.DefaultBufferPool()
 	for {
-		// A fresh buffer per message: gRPC may still hold the last one.
-		buf := make([]byte, ChunkSize)
-		n, rerr := io.ReadFull(r, buf)
+		// A pooled buffer per message; gRPC returns it to the pool once
+		// written (it owns what Marshal hands it).
+		bp := pool.Get(ChunkSize)
+		n, rerr := io.ReadFull(r, *bp)
 		if n > 0 {
-			if err := stream.SendMsg(&chunk{data: buf[:n]}); err != nil {
+			*bp = (*bp)[:n]
+			if err := stream.SendMsg(&chunk{out: mem.NewBuffer(bp, pool)}); err != nil {
 				log.Info("peer stopped receiving", zap.Int64("bytes", sent), zap.Error(err))
 				return err
 			}
 			sent += int64(n)
+		} else {
+			pool.Put(bp)
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
