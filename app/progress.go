@@ -17,11 +17,22 @@ type Progress struct {
 	Peer     string
 	Snapshot string
 	Started  time.Time
-	bytes    atomic.Int64
+	// Total is the expected stream length, 0 when unknown.
+	Total int64
+	bytes atomic.Int64
 }
 
-func newProgress(peer, snapshot string) *Progress {
-	return &Progress{Peer: peer, Snapshot: snapshot, Started: time.Now()}
+func newProgress(peer, snapshot string, total int64) *Progress {
+	return &Progress{Peer: peer, Snapshot: snapshot, Started: time.Now(), Total: total}
+}
+
+// ETA is the time left at the rate so far, 0 when unknown.
+func (p *Progress) ETA() time.Duration {
+	rate, left := p.Rate(), p.Total-p.Bytes()
+	if p.Total <= 0 || rate <= 0 || left <= 0 {
+		return 0
+	}
+	return time.Duration(float64(left) / rate * float64(time.Second))
 }
 
 // Bytes received so far.
@@ -52,7 +63,8 @@ func (p *Progress) logEvery(ctx context.Context, log *zap.Logger, every time.Dur
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				log.Info("fetch in progress", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6))
+				log.Info("fetch in progress", zap.Int64("bytes", p.Bytes()), zap.Int64("estimatedBytes", p.Total),
+					zap.Float64("MBps", p.Rate()/1e6), zap.Duration("eta", p.ETA()))
 			}
 		}
 	}()

@@ -46,13 +46,19 @@ type Replicator struct {
 	mu       sync.Mutex
 	status   Status
 	transfer *Progress
+	// peerSizes maps the GUIDs of the last peer listing to their sizes:
+	// the estimate of a full stream's length, for the ETA.
+	peerSizes map[uint64]int64
 }
 
-// TransferStatus is a snapshot of a transfer's progress.
+// TransferStatus is a snapshot of a transfer's progress. EstimatedBytes
+// and ETA are known for full streams (the snapshot's size); zero otherwise.
 type TransferStatus struct {
 	Peer, Snapshot string
 	Bytes          int64
+	EstimatedBytes int64
 	BytesPerSecond float64
+	ETA            time.Duration
 	Started        time.Time
 }
 
@@ -89,7 +95,8 @@ func (r *Replicator) Status() Status {
 	defer r.mu.Unlock()
 	s := r.status
 	if p := r.transfer; p != nil {
-		s.Transfer = &TransferStatus{Peer: p.Peer, Snapshot: p.Snapshot, Bytes: p.Bytes(), BytesPerSecond: p.Rate(), Started: p.Started}
+		s.Transfer = &TransferStatus{Peer: p.Peer, Snapshot: p.Snapshot, Bytes: p.Bytes(), EstimatedBytes: p.Total,
+			BytesPerSecond: p.Rate(), ETA: p.ETA(), Started: p.Started}
 	}
 	return s
 }

@@ -29,6 +29,13 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		if err != nil {
 			return err
 		}
+		sizes := make(map[uint64]int64, len(list))
+		for _, s := range list {
+			sizes[s.GUID] = s.SizeBytes
+		}
+		r.mu.Lock()
+		r.peerSizes = sizes
+		r.mu.Unlock()
 		return r.m.Step(replica.PeerRead{Peer: a.Peer, Snaps: toSnaps(list)})
 	case replica.Fetch:
 		return r.fetch(ctx, a)
@@ -94,7 +101,13 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		return err
 	}
 	defer stream.Close()
-	p := newProgress(string(a.Peer), req.To)
+	var total int64
+	if a.Base == nil { // a full stream is about as long as the snapshot
+		r.mu.Lock()
+		total = r.peerSizes[a.Target.GUID]
+		r.mu.Unlock()
+	}
+	p := newProgress(string(a.Peer), req.To, total)
 	r.setTransfer(p)
 	defer r.setTransfer(nil)
 	log.Info("fetching snapshot")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -56,10 +57,14 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 		s, err := c.statusOf("a")
 		return err == nil && s.Snapshot > 0
 	})
-	killMidStream := func(what string) {
+	killMidStream := func(what string) app.TransferStatus {
 		c.start("b")
+		var seen app.TransferStatus
 		c.eventually("b's "+what+" is under way", 60*time.Second, func() bool {
 			s, err := c.statusOf("b")
+			if err == nil && s.Transfer != nil {
+				seen = *s.Transfer
+			}
 			return err == nil && s.Transfer != nil && s.Transfer.Bytes > 8<<20
 		})
 		c.kill("b") // SIGKILL: its zfs recv dies with it (Pdeathsig)
@@ -67,9 +72,13 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 			out, _ := exec.Command("pgrep", "-f", "zfs recv "+pools["b"].Name).CombinedOutput()
 			return strings.TrimSpace(string(out)) == ""
 		})
+		return seen
 	}
 
-	killMidStream("full transfer")
+	full := killMidStream("full transfer")
+	if full.EstimatedBytes < 250<<20 || full.BytesPerSecond <= 0 || full.Peer != "a" {
+		t.Errorf("the status of a full transfer shows no estimate, rate or peer: %+v", full)
+	}
 	if _, err := stores["b"].GetVolume(ctx, c.id); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("after the killed full transfer b holds a partial volume: %v", err)
 	}
