@@ -96,8 +96,26 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		req.From = replica.SnapshotName(a.Base.Number)
 	}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("base", req.From))
+	// An interrupted receive that the store kept (OpenZFS) resumes where it
+	// stopped; elsewhere the transfer restarts from the last complete snapshot.
+	token, err := r.store.ResumeToken(ctx, r.cfg.Volume)
+	if err != nil {
+		return err
+	}
+	req.ResumeToken = token
+	if token != "" {
+		log.Info("resuming an interrupted transfer")
+	}
 	stream, err := r.transport.Fetch(ctx, a.Peer, req)
 	if err != nil {
+		if token != "" && (errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)) {
+			// The peer cannot resume it (the snapshot is gone, the token is
+			// stale): start over from the last complete snapshot next time.
+			log.Warn("the peer cannot resume the transfer: discarding the partial receive", zap.Error(err))
+			if derr := r.store.DiscardPartial(ctx, r.cfg.Volume); derr != nil {
+				return errors.Join(err, derr)
+			}
+		}
 		return err
 	}
 	defer stream.Close()

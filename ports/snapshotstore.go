@@ -59,6 +59,14 @@ type SnapshotStore interface {
 	// The caller must Close the stream; closing it early (or cancelling ctx)
 	// stops the sender and releases its process.
 	Send(ctx context.Context, req SendRequest) (io.ReadCloser, error)
+	// ResumeToken returns the token of an interrupted receive into the
+	// volume (or into its staging, for a full stream), "" when there is
+	// none or the store cannot resume (zfs-fuse). A transfer that has one
+	// asks the sender to resume with it (SendRequest.ResumeToken).
+	ResumeToken(ctx context.Context, id volume.ID) (string, error)
+	// DiscardPartial throws away an interrupted receive's state, so that
+	// the next transfer starts from the last complete snapshot.
+	DiscardPartial(ctx context.Context, id volume.ID) error
 	// Receive applies a stream made by Send, with the snapshot's data and
 	// GUID but not its metadata. A full stream creates the volume
 	// (ErrExists if it exists); an incremental one applies on top of
@@ -139,8 +147,12 @@ type PoolCapacity struct {
 }
 
 // SendRequest selects a stream: From empty means a full stream of To.
+// ResumeToken, when set, continues an interrupted transfer of From..To
+// where it stopped; the sender checks that the token names that snapshot
+// of that volume.
 type SendRequest struct {
-	Volume volume.ID
-	From   string
-	To     string
+	Volume      volume.ID
+	From        string
+	To          string
+	ResumeToken string
 }

@@ -29,6 +29,9 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	if err != nil {
 		return nil, err
 	}
+	if req.ResumeToken != "" {
+		return nil, fmt.Errorf("send %s: this store cannot resume transfers: %w", req.Volume, ports.ErrInvalid)
+	}
 	to := v.find(req.To)
 	if to < 0 {
 		return nil, fmt.Errorf("send %s@%s: %w", req.Volume, req.To, ports.ErrNotFound)
@@ -96,3 +99,10 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, r io.Reader) error {
 	v.snaps = append(v.snaps, &snap{name: st.Name, guid: st.GUID, txg: txg, created: timeUnix(st.Created), meta: map[string]string{}, files: st.Files})
 	return nil
 }
+
+// ResumeToken: the in-memory store never keeps an interrupted receive (like
+// zfs-fuse), so transfers restart from the last complete snapshot.
+func (s *Store) ResumeToken(ctx context.Context, id volume.ID) (string, error) { return "", nil }
+
+// DiscardPartial has nothing to discard.
+func (s *Store) DiscardPartial(ctx context.Context, id volume.ID) error { return nil }

@@ -21,9 +21,10 @@ type Snapshot struct {
 
 // SendRequest asks for a stream of To, incremental from From when set.
 type SendRequest struct {
-	Volume string `json:"volume"`
-	From   string `json:"from,omitempty"`
-	To     string `json:"to"`
+	Volume      string `json:"volume"`
+	From        string `json:"from,omitempty"`
+	To          string `json:"to"`
+	ResumeToken string `json:"resumeToken,omitempty"`
 }
 
 const (

@@ -159,6 +159,7 @@ func TestThePeerServiceRefusesForeignDatasetsAndHostileNamesAndLogsIt(t *testing
 		{"another pool's dataset", ports.SendRequest{Volume: "tank/secret", To: "ferry-1"}, ports.ErrInvalid},
 		{"a snapshot that is not a replication snapshot", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"}, ports.ErrInvalid},
 		{"a base with shell metacharacters", ports.SendRequest{Volume: "vol-1", From: "ferry-1;rm -rf /", To: "ferry-2"}, ports.ErrInvalid},
+		{"a malformed resume token", ports.SendRequest{Volume: "vol-1", To: "ferry-1", ResumeToken: "$(reboot)"}, ports.ErrInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

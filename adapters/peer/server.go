@@ -128,7 +128,10 @@ func validate(req *SendRequest) (ports.SendRequest, error) {
 	if err != nil {
 		return ports.SendRequest{}, err
 	}
-	out := ports.SendRequest{Volume: id, To: req.To, From: req.From}
+	out := ports.SendRequest{Volume: id, To: req.To, From: req.From, ResumeToken: req.ResumeToken}
+	if !validToken(req.ResumeToken) {
+		return out, fmt.Errorf("resume token %q is malformed", truncate(req.ResumeToken))
+	}
 	if _, ok := replica.ParseSnapshotName(req.To); !ok {
 		return out, fmt.Errorf("snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.To))
 	}
@@ -182,6 +185,21 @@ func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
 	took := time.Since(start)
 	log.Info("snapshot sent", zap.Int64("bytes", sent), zap.Duration("took", took), zap.Float64("MBps", mbps(sent, took)))
 	return nil
+}
+
+// validToken accepts what `zfs get receive_resume_token` prints: digits,
+// lower-case hex and dashes, bounded in length ("" means no token).
+func validToken(t string) bool {
+	if len(t) > 8192 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'f') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 func mbps(n int64, d time.Duration) float64 {

@@ -34,6 +34,9 @@ type Store struct {
 	cfg  Config
 	root string // <pool>/<parent>
 	run  runner
+	// resumable: the pool's ZFS keeps interrupted receives (`zfs recv -s`,
+	// receive_resume_token, `zfs send -t`): OpenZFS does, zfs-fuse does not.
+	resumable bool
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -69,15 +72,19 @@ func (s *Store) Open(ctx context.Context) error {
 	if _, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "type", s.cfg.Pool); err != nil {
 		return fmt.Errorf("pool %s: %w", s.cfg.Pool, err)
 	}
-	if s.root == s.cfg.Pool {
-		return nil
+	if s.root != s.cfg.Pool {
+		_, err := s.run.zfs(ctx, "create", "-p", s.root)
+		if err != nil && !errors.Is(err, ports.ErrExists) {
+			return fmt.Errorf("parent dataset %s: %w", s.root, err)
+		}
 	}
-	_, err := s.run.zfs(ctx, "create", "-p", s.root)
-	if err != nil && !errors.Is(err, ports.ErrExists) {
-		return fmt.Errorf("parent dataset %s: %w", s.root, err)
-	}
+	s.resumable = s.detectResume(ctx)
 	return nil
 }
+
+// Resumable reports whether interrupted transfers resume where they
+// stopped (OpenZFS) or restart from the last complete snapshot (zfs-fuse).
+func (s *Store) Resumable() bool { return s.resumable }
 
 // Root is the dataset under which every volume lives.
 func (s *Store) Root() string { return s.root }

@@ -30,6 +30,9 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 			return nil, fmt.Errorf("send %s: %w", req.Volume, err)
 		}
 	}
+	if req.ResumeToken != "" {
+		return s.resumeSend(ctx, req)
+	}
 	args := []string{"send"}
 	if req.From != "" {
 		args = append(args, "-i", s.snapshot(req.Volume, req.From))
@@ -55,11 +58,17 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 	case !errors.Is(err, ports.ErrNotFound):
 		return err // never receive into a dataset Ferry does not own
 	}
-	staging := s.root + "/_incoming-" + volume.Digest(string(id))
-	if err := s.destroyIfExists(ctx, staging); err != nil {
-		return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
+	staging := s.staging(id)
+	if token, _ := s.token(ctx, staging); token == "" {
+		// No resumable state: whatever a crash left there goes.
+		if err := s.destroyIfExists(ctx, staging); err != nil {
+			return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
+		}
 	}
 	if err := s.recv(ctx, id, staging, stream); err != nil {
+		if token, _ := s.token(context.WithoutCancel(ctx), staging); token != "" {
+			return fmt.Errorf("%w (kept to be resumed)", err)
+		}
 		if derr := s.destroyIfExists(context.WithoutCancel(ctx), staging); derr != nil {
 			err = errors.Join(err, fmt.Errorf("removing the partial receive: %w", derr))
 		}
@@ -91,6 +100,9 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io.Reader) error {
 	var stderr bytes.Buffer
 	args := []string{"recv", target}
+	if s.resumable {
+		args = []string{"recv", "-s", target} // an interrupted receive can be resumed
+	}
 	cmd := s.run.command(ctx, s.run.zfsBin, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {

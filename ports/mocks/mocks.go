@@ -117,6 +117,20 @@ func (mr *MockSnapshotStoreMockRecorder) DestroyVolume(ctx, id any) *gomock.Call
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "DestroyVolume", reflect.TypeOf((*MockSnapshotStore)(nil).DestroyVolume), ctx, id)
 }
 
+// DiscardPartial mocks base method.
+func (m *MockSnapshotStore) DiscardPartial(ctx context.Context, id volume.ID) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "DiscardPartial", ctx, id)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// DiscardPartial indicates an expected call of DiscardPartial.
+func (mr *MockSnapshotStoreMockRecorder) DiscardPartial(ctx, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "DiscardPartial", reflect.TypeOf((*MockSnapshotStore)(nil).DiscardPartial), ctx, id)
+}
+
 // GetVolume mocks base method.
 func (m *MockSnapshotStore) GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error) {
 	m.ctrl.T.Helper()
@@ -188,6 +202,21 @@ func (m *MockSnapshotStore) Resize(ctx context.Context, id volume.ID, capacityBy
 func (mr *MockSnapshotStoreMockRecorder) Resize(ctx, id, capacityBytes any) *gomock.Call {
 	mr.mock.ctrl.T.Helper()
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Resize", reflect.TypeOf((*MockSnapshotStore)(nil).Resize), ctx, id, capacityBytes)
+}
+
+// ResumeToken mocks base method.
+func (m *MockSnapshotStore) ResumeToken(ctx context.Context, id volume.ID) (string, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "ResumeToken", ctx, id)
+	ret0, _ := ret[0].(string)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// ResumeToken indicates an expected call of ResumeToken.
+func (mr *MockSnapshotStoreMockRecorder) ResumeToken(ctx, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "ResumeToken", reflect.TypeOf((*MockSnapshotStore)(nil).ResumeToken), ctx, id)
 }
 
 // Rollback mocks base method.

@@ -1,0 +1,107 @@
+package zfs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferry-csi/ferry/adapters/zfs"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/tests/zfstest"
+)
+
+// fakeOpenZFS is a stand-in zfs CLI that answers as OpenZFS 2.x does for
+// the calls resumable transfers make, and records every argv it gets. It
+// checks the argument lists Ferry builds; the semantics of resuming are
+// OpenZFS's own (this machine's zfs-fuse has no resume tokens).
+const fakeOpenZFS = `#!/bin/sh
+echo "$*" >> "$FAKE_ZFS_LOG"
+case "$*" in
+  "get -H -o value type tank") echo filesystem ;;
+  "create -p tank/ferry") ;;
+  "get -H -o value receive_resume_token tank/ferry") echo - ;;
+  "get -H -o value receive_resume_token tank/ferry/vol-1") echo 1-abc0-de-789c ;;
+  "get -H -p -o name,property,value,source "*" tank/ferry/vol-1")
+    printf 'tank/ferry/vol-1\ttype\tfilesystem\t-\n'
+    printf 'tank/ferry/vol-1\tferry.zfs.csi.io:driver\tferry.zfs.csi.io\tlocal\n' ;;
+  "get -H -p -o name,property,value,source "*" tank/ferry/vol-1@ferry-"[23])
+    printf '%s\ttype\tsnapshot\t-\n' "$(echo "$*" | awk '{print $NF}')" ;;
+  "send -n -v -t 1-abc0-de-789c")
+    printf 'resume token contents:\nnvlist version: 0\n\tobject = 0x6\n\toffset = 0x1000\n\ttoname = tank/ferry/vol-1@ferry-3\n' ;;
+  "send -n -v -t 1-0ther-789c")
+    printf 'resume token contents:\n\ttoname = tank/ferry/secret@ferry-3\n' ;;
+  "send -t 1-abc0-de-789c") printf 'RESUMED-STREAM' ;;
+  "recv -A tank/ferry/vol-1") ;;
+  *) echo "fake zfs: unexpected: $*" >&2; exit 1 ;;
+esac
+`
+
+func TestOnOpenZFSAnInterruptedTransferResumesWithAVerifiedToken(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "zfs")
+	if err := os.WriteFile(bin, []byte(fakeOpenZFS), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "argv.log")
+	t.Setenv("FAKE_ZFS_LOG", logFile)
+	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Resumable() {
+		t.Fatal("a pool with receive_resume_token was not detected as resumable")
+	}
+	token, err := s.ResumeToken(ctx, "vol-1")
+	if err != nil || token != "1-abc0-de-789c" {
+		t.Fatalf("ResumeToken = %q, %v", token, err)
+	}
+	r, err := s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || string(got) != "RESUMED-STREAM" {
+		t.Fatalf("resumed stream %q, %v", got, err)
+	}
+	r.Close()
+	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: "1-0ther-789c"})
+	if !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("a token naming another dataset: %v, want ErrInvalid", err)
+	}
+	if err := s.DiscardPartial(ctx, "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	argv, _ := os.ReadFile(logFile)
+	for _, want := range []string{"send -n -v -t 1-abc0-de-789c", "send -t 1-abc0-de-789c", "recv -A tank/ferry/vol-1"} {
+		if !strings.Contains(string(argv), want+"\n") {
+			t.Errorf("zfs was never run as %q; calls:\n%s", want, argv)
+		}
+	}
+	if strings.Contains(string(argv), "send -t 1-0ther-789c") {
+		t.Error("a token naming another dataset was sent")
+	}
+}
+
+func TestOnZFSFuseTransfersRestartFromTheLastCompleteSnapshot(t *testing.T) {
+	pool := zfstest.NewPool(t, "ferry-resume", "1G")
+	s := newStore(t, pool)
+	if isZFSFuse() && s.Resumable() {
+		t.Fatal("zfs-fuse has no resume tokens, yet the store says it can resume")
+	}
+	if token, err := s.ResumeToken(context.Background(), "none"); err != nil || token != "" {
+		t.Fatalf("ResumeToken of a missing volume = %q, %v", token, err)
+	}
+}
+
+func isZFSFuse() bool {
+	_, err := os.Stat("/usr/sbin/zfs-fuse")
+	return err == nil
+}
