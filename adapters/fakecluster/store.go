@@ -3,18 +3,14 @@ package fakecluster
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 
+	"github.com/ferry-csi/ferry/adapters/casloop"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
-
-// maxAttempts bounds Update's read-run-compare loop: past it, Update gives up
-// with ErrConflict rather than starve the caller under heavy contention.
-const maxAttempts = 16
 
 // Store is an in-memory ClusterState, safe for concurrent use.
 type Store struct {
@@ -53,7 +49,7 @@ func (s *Store) Get(ctx context.Context, id volume.ID) (replica.State, error) {
 	if !ok {
 		return replica.State{}, fmt.Errorf("cluster state of volume %s: %w", id, ports.ErrNotFound)
 	}
-	return clone(st), nil
+	return casloop.Clone(st), nil
 }
 
 func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, error) {
@@ -75,30 +71,15 @@ func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, er
 // Validation happens after the compare, so that a result made invalid only
 // by a stale read is retried on fresh data instead of refused.
 func (s *Store) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
-	for range maxAttempts {
-		read, err := s.Get(ctx, id) // also where a cancelled ctx stops the loop
-		if err != nil {
-			return replica.State{}, err
-		}
-		next := clone(read)
-		if err := fn(&next); err != nil {
-			return replica.State{}, err // as is: callers match their own errors
-		}
-		if next.Volume != id {
-			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn renamed it to %q: %w", id, next.Volume, ports.ErrInvalid)
-		}
+	return casloop.Update(ctx, id, s.Get, func(expected string, next replica.State) (replica.State, bool, error) {
 		s.mu.Lock()
 		hook := s.beforeWrite
 		s.mu.Unlock()
 		if hook != nil {
 			hook()
 		}
-		written, ok, err := s.compareAndSwap(read.Version, next)
-		if err != nil || ok {
-			return written, err
-		}
-	}
-	return replica.State{}, fmt.Errorf("update cluster state of volume %s: gave up after %d attempts: %w", id, maxAttempts, ports.ErrConflict)
+		return s.compareAndSwap(expected, next)
+	}, fn)
 }
 
 // compareAndSwap writes next if the stored state is still at version read;
@@ -133,10 +114,10 @@ func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 // and returns another copy. The caller holds s.mu.
 func (s *Store) store(st replica.State) replica.State {
 	s.version++
-	st = clone(st)
+	st = casloop.Clone(st)
 	st.Version = strconv.FormatUint(s.version, 10)
 	s.states[st.Volume] = st
-	return clone(st)
+	return casloop.Clone(st)
 }
 
 // check refuses what no stored state may be, as ErrInvalid.
@@ -152,7 +133,3 @@ func check(st *replica.State) error {
 
 // clone copies st deeply: Replica holds only values, so copying the slice
 // is enough for callers and the store never to share memory.
-func clone(st replica.State) replica.State {
-	st.Replicas = slices.Clone(st.Replicas)
-	return st
-}

@@ -9,20 +9,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ferry-csi/ferry/adapters/casloop"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
-
-// maxAttempts bounds Update's read-run-compare loop: past it, Update gives up
-// with ErrConflict rather than starve the caller under heavy contention.
-const maxAttempts = 16
 
 // Store is a ClusterState kept in a directory, safe for concurrent use by
 // goroutines and by processes sharing the directory.
@@ -94,24 +90,7 @@ func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, er
 // Validation happens after the compare, so that a result made invalid only
 // by a stale read is retried on fresh data instead of refused.
 func (s *Store) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
-	for range maxAttempts {
-		read, err := s.Get(ctx, id) // also where a cancelled ctx stops the loop
-		if err != nil {
-			return replica.State{}, err
-		}
-		next := clone(read)
-		if err := fn(&next); err != nil {
-			return replica.State{}, err // as is: callers match their own errors
-		}
-		if next.Volume != id {
-			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn renamed it to %q: %w", id, next.Volume, ports.ErrInvalid)
-		}
-		written, ok, err := s.compareAndSwap(read.Version, next)
-		if err != nil || ok {
-			return written, err
-		}
-	}
-	return replica.State{}, fmt.Errorf("update cluster state of volume %s: gave up after %d attempts: %w", id, maxAttempts, ports.ErrConflict)
+	return casloop.Update(ctx, id, s.Get, s.compareAndSwap, fn)
 }
 
 // compareAndSwap writes next if the stored state is still at version read;
@@ -222,7 +201,7 @@ func (s *Store) write(st replica.State, version uint64) (replica.State, error) {
 	if err := s.writeFile(s.path(st.Volume, ".json"), append(data, '\n')); err != nil {
 		return replica.State{}, err
 	}
-	st = clone(st)
+	st = casloop.Clone(st)
 	st.Version = strconv.FormatUint(version, 10)
 	return st, nil
 }
@@ -300,7 +279,3 @@ func check(st *replica.State) error {
 
 // clone copies st deeply: Replica holds only values, so copying the slice
 // is enough for callers and the store never to share memory.
-func clone(st replica.State) replica.State {
-	st.Replicas = slices.Clone(st.Replicas)
-	return st
-}
