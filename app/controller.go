@@ -145,9 +145,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 	var info ports.VolumeInfo
 	switch {
 	case req.SourceSnapshotID != "":
-		info, err = c.copyFromSnapshot(ctx, id, req.SourceSnapshotID, size, req.Capacity == volume.CapacityRange{}, meta)
+		info, err = c.copyFromSnapshot(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceSnapshotID)
 	case req.SourceVolumeID != "":
-		info, err = c.copyFromVolume(ctx, id, req.SourceVolumeID, size, req.Capacity == volume.CapacityRange{}, meta)
+		info, err = c.copyFromVolume(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceVolumeID)
 	default:
 		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: size, Properties: params.Properties, Metadata: meta})
 	}

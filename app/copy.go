@@ -15,7 +15,7 @@ import (
 // snapshot by streaming it through the store (send | receive), the same path
 // replication uses. A clone would be faster but would pin the snapshot: it
 // could not be deleted while the volume lives.
-func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapshotID string, size int64, unset bool, meta map[string]string) (ports.VolumeInfo, error) {
+func (c *Controller) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID string) (ports.VolumeInfo, error) {
 	ref, err := volume.ParseSnapshotID("volume_content_source.snapshot.snapshot_id", snapshotID)
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
@@ -24,17 +24,17 @@ func (c *Controller) copyFromSnapshot(ctx context.Context, id volume.ID, snapsho
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	size = sizeForCopy(size, unset, snap.SizeBytes)
-	if snap.SizeBytes > size {
-		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, size)
+	t.size = sizeForCopy(t.size, t.sizeUnset, snap.SizeBytes)
+	if snap.SizeBytes > t.size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, t.size)
 	}
-	return c.copy(ctx, id, ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()}, size, meta)
+	return c.copy(ctx, t, ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()})
 }
 
 // copyFromVolume copies a volume through a temporary snapshot of it.
-func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID string, size int64, unset bool, meta map[string]string) (ports.VolumeInfo, error) {
+func (c *Controller) copyFromVolume(ctx context.Context, t newVolume, sourceID string) (ports.VolumeInfo, error) {
 	src, err := volume.ParseID("volume_content_source.volume.volume_id", sourceID)
-	if err != nil || src == id {
+	if err != nil || src == t.id {
 		// A volume cannot be its own source: it does not exist yet.
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
 	}
@@ -47,11 +47,11 @@ func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID 
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	size = sizeForCopy(size, unset, info.CapacityBytes)
-	if info.CapacityBytes > size {
-		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, info.CapacityBytes, size)
+	t.size = sizeForCopy(t.size, t.sizeUnset, info.CapacityBytes)
+	if info.CapacityBytes > t.size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, info.CapacityBytes, t.size)
 	}
-	tmp := "copy-" + volume.Digest(string(id))
+	tmp := "copy-" + volume.Digest(string(t.id))
 	// A snapshot left by an interrupted attempt is stale: take a fresh one.
 	if err := c.store.DestroySnapshot(ctx, src, tmp); err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return ports.VolumeInfo{}, err
@@ -64,7 +64,7 @@ func (c *Controller) copyFromVolume(ctx context.Context, id volume.ID, sourceID 
 			c.log.Warn("temporary snapshot not destroyed", zap.String("volume", string(src)), zap.String("snapshot", tmp), zap.Error(err))
 		}
 	}()
-	return c.copy(ctx, id, ports.SendRequest{Volume: src, To: tmp}, size, meta)
+	return c.copy(ctx, t, ports.SendRequest{Volume: src, To: tmp})
 }
 
 // sizeForCopy: a copy requested without a capacity range is as large as
@@ -80,11 +80,24 @@ func sizeForCopy(size int64, unset bool, source int64) int64 {
 	return max(size, need)
 }
 
-// copy streams req into a new volume id, drops the snapshot the stream
-// brought, then sets the size and the metadata; on any failure it destroys
-// what it made. Metadata goes last: a volume without its name is recognised
-// as an incomplete copy by a retried CreateVolume.
-func (c *Controller) copy(ctx context.Context, id volume.ID, req ports.SendRequest, size int64, meta map[string]string) (info ports.VolumeInfo, err error) {
+// newVolume is what a copy must become: its ID, size (and whether the
+// request left the size to the driver), StorageClass properties and
+// metadata.
+type newVolume struct {
+	id         volume.ID
+	size       int64
+	sizeUnset  bool
+	properties map[string]string
+	metadata   map[string]string
+}
+
+// copy streams req into a new volume, drops the snapshot the stream
+// brought, then sets the size, the StorageClass's properties (a stream
+// carries none) and the metadata; on any failure it destroys what it made.
+// Metadata goes last: a volume without its name is recognised as an
+// incomplete copy by a retried CreateVolume.
+func (c *Controller) copy(ctx context.Context, t newVolume, req ports.SendRequest) (info ports.VolumeInfo, err error) {
+	id := t.id
 	stream, err := c.store.Send(ctx, req)
 	if err != nil {
 		return ports.VolumeInfo{}, err
@@ -103,10 +116,13 @@ func (c *Controller) copy(ctx context.Context, id volume.ID, req ports.SendReque
 	if err := c.store.DestroySnapshot(ctx, id, req.To); err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	if err := c.store.Resize(ctx, id, size); err != nil {
+	if err := c.store.Resize(ctx, id, t.size); err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	if err := c.store.SetMetadata(ctx, id, meta); err != nil {
+	if err := c.store.SetProperties(ctx, id, t.properties); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.SetMetadata(ctx, id, t.metadata); err != nil {
 		return ports.VolumeInfo{}, err
 	}
 	return c.store.GetVolume(ctx, id)

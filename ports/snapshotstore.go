@@ -33,6 +33,9 @@ type SnapshotStore interface {
 	// Resize sets the volume's capacity. ErrNoSpace if the pool cannot
 	// reserve it; ErrInvalid if it is below the data already written.
 	Resize(ctx context.Context, id volume.ID, capacityBytes int64) error
+	// SetProperties sets native properties from the allow-list (see
+	// CreateOptions.Properties). ErrInvalid if the pool refuses a value.
+	SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error
 	// SetMetadata merges Ferry metadata keys into the volume's.
 	SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error
 	// Capacity reports the bytes available for new volumes and the pool's size.

@@ -1,6 +1,7 @@
 package csi_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -241,5 +242,25 @@ func TestAShortSnapshotNameNeverAliasesAHashedLongOne(t *testing.T) {
 	wantCode(t, err, codes.OK)
 	if ids := e.snapshotIDs(t); len(ids) != 2 {
 		t.Fatalf("snapshots = %q, want the long-named one and %q", ids, alias)
+	}
+}
+
+func TestARestoredVolumeGetsItsStorageClassPropertiesNotTheDefaults(t *testing.T) {
+	e := newEnv(t)
+	e.mustCreate(t, createReq("src", 0))
+	snap := e.mustSnapshot(t, "snap-props", "src")
+	req := createReq("restored", 0)
+	req.Parameters = map[string]string{"compression": "off", "atime": "off", "recordsize": "64k"}
+	req.VolumeContentSource = fromSnapshot(snap.GetSnapshotId())
+	e.mustCreate(t, req)
+	info, err := e.mem.GetVolume(context.Background(), "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"compression": "off", "atime": "off", "recordsize": "65536"}
+	for k, v := range want {
+		if info.Properties[k] != v {
+			t.Errorf("restored volume %s = %q, want %q (a stream carries no properties)", k, info.Properties[k], v)
+		}
 	}
 }

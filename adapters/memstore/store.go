@@ -157,6 +157,22 @@ func (s *Store) Resize(ctx context.Context, id volume.ID, capacityBytes int64) e
 	return nil
 }
 
+func (s *Store) SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error {
+	if _, err := volume.ParseParams(properties); err != nil {
+		return fmt.Errorf("volume %s: %v: %w", id, err, ports.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	for k, val := range properties {
+		v.props[k] = val
+	}
+	return nil
+}
+
 func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

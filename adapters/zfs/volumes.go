@@ -160,6 +160,25 @@ func (s *Store) Resize(ctx context.Context, id volume.ID, capacityBytes int64) e
 	return nil
 }
 
+// SetProperties sets native properties on a volume, one `zfs set` each.
+func (s *Store) SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	ds := &gozfs.Dataset{Name: s.dataset(id)}
+	keys := make([]string, 0, len(properties))
+	for k := range properties {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := ds.SetProperty(k, properties[k]); err != nil {
+			return fmt.Errorf("set %s on volume %s: %w", k, id, goZFSError(err))
+		}
+	}
+	return nil
+}
+
 // SetMetadata sets Ferry user properties on a volume.
 func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error {
 	if _, err := s.GetVolume(ctx, id); err != nil {

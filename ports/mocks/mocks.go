@@ -262,6 +262,20 @@ func (mr *MockSnapshotStoreMockRecorder) SetMetadata(ctx, id, metadata any) *gom
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetMetadata", reflect.TypeOf((*MockSnapshotStore)(nil).SetMetadata), ctx, id, metadata)
 }
 
+// SetProperties mocks base method.
+func (m *MockSnapshotStore) SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "SetProperties", ctx, id, properties)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// SetProperties indicates an expected call of SetProperties.
+func (mr *MockSnapshotStoreMockRecorder) SetProperties(ctx, id, properties any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetProperties", reflect.TypeOf((*MockSnapshotStore)(nil).SetProperties), ctx, id, properties)
+}
+
 // SetSnapshotMetadata mocks base method.
 func (m *MockSnapshotStore) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
 	m.ctrl.T.Helper()

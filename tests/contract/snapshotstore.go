@@ -34,6 +34,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"a property value the pool refuses answers ErrInvalid and creates nothing", badPropertyIsErrInvalid},
 		{"volumes are listed sorted and destroyed with their snapshots", listAndDestroy},
 		{"resize grows the capacity", resizeGrows},
+		{"properties are set after creation too, and bad values refused", setProperties},
 		{"snapshots are ordered, distinct by GUID and carry their metadata", snapshotsOrdered},
 		{"a full stream recreates the data and keeps the snapshot GUID", fullStream},
 		{"streams carry no metadata; the receiver sets it", snapshotMetadataIsSetNotSent},
@@ -412,4 +413,17 @@ func snapshotMetadataIsSetNotSent(t *testing.T, s ports.SnapshotStore) {
 		t.Fatalf("after SetSnapshotMetadata: %+v", list[0])
 	}
 	wantErr(t, "SetSnapshotMetadata of a missing snapshot", s.SetSnapshotMetadata(ctx, "dst", "nope", map[string]string{ports.MetaEpoch: "1"}), ports.ErrNotFound)
+}
+
+func setProperties(t *testing.T, s ports.SnapshotStore) {
+	mustCreate(t, s, "vol-a")
+	if err := s.SetProperties(ctx, "vol-a", map[string]string{"compression": "off", "atime": "on"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.GetVolume(ctx, "vol-a")
+	if got.Properties["compression"] != "off" || got.Properties["atime"] != "on" {
+		t.Fatalf("properties %v", got.Properties)
+	}
+	wantErr(t, "a bad value", s.SetProperties(ctx, "vol-a", map[string]string{"compression": "bogus"}), ports.ErrInvalid)
+	wantErr(t, "a missing volume", s.SetProperties(ctx, "nope", map[string]string{"atime": "on"}), ports.ErrNotFound)
 }
