@@ -25,11 +25,17 @@ case "$*" in
   "create -p tank/ferry") ;;
   "get -H -o value receive_resume_token tank/ferry") echo - ;;
   "get -H -o value receive_resume_token tank/ferry/vol-1") echo 1-abc0-de-789c ;;
-  "get -H -p -o name,property,value,source "*" tank/ferry/vol-1")
-    printf 'tank/ferry/vol-1\ttype\tfilesystem\t-\n'
-    printf 'tank/ferry/vol-1\tferry.zfs.csi.io:driver\tferry.zfs.csi.io\tlocal\n' ;;
-  "get -H -p -o name,property,value,source "*" tank/ferry/vol-1@ferry-"[23])
-    printf '%s\ttype\tsnapshot\t-\n' "$(echo "$*" | awk '{print $NF}')" ;;
+  "get -H -p -o name,property,value,source "*)
+    shift 6
+    for t in "$@"; do
+      case "$t" in
+        tank/ferry/vol-1)
+          printf '%s\ttype\tfilesystem\t-\n' "$t"
+          printf '%s\tferry.zfs.csi.io:driver\tferry.zfs.csi.io\tlocal\n' "$t" ;;
+        tank/ferry/vol-1@ferry-[23]) printf '%s\ttype\tsnapshot\t-\n' "$t" ;;
+        *) echo "cannot open '$t': dataset does not exist" >&2; exit 1 ;;
+      esac
+    done ;;
   "send -n -v -t 1-abc0-de-789c")
     printf 'resume token contents:\nnvlist version: 0\n\tobject = 0x6\n\toffset = 0x1000\n\ttoname = tank/ferry/vol-1@ferry-3\n' ;;
   "send -n -v -t 1-0ther-789c")

@@ -17,18 +17,19 @@ import (
 // Send starts `zfs send [-i from] to` and returns its stdout. The stream
 // fails (never ends cleanly) if zfs send fails.
 func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error) {
-	if _, err := s.GetVolume(ctx, req.Volume); err != nil {
-		return nil, err
+	// One `zfs get` checks the dataset's ownership and that the snapshots
+	// exist: zfs send reports a missing one only after the caller started
+	// reading, and every CLI call costs milliseconds on a small incremental.
+	targets := []string{s.dataset(req.Volume), s.snapshot(req.Volume, req.To)}
+	if req.From != "" {
+		targets = append(targets, s.snapshot(req.Volume, req.From))
 	}
-	// Check the snapshots first: zfs send reports a missing one only after
-	// the caller started reading.
-	for _, name := range []string{req.From, req.To} {
-		if name == "" {
-			continue
-		}
-		if _, err := s.get(ctx, false, s.snapshot(req.Volume, name)); err != nil {
-			return nil, fmt.Errorf("send %s: %w", req.Volume, err)
-		}
+	rows, err := s.get(ctx, false, targets...)
+	if err != nil {
+		return nil, fmt.Errorf("send %s: %w", req.Volume, err)
+	}
+	if len(rows) != len(targets) || rows[0].name != targets[0] || !s.owned(rows[0]) {
+		return nil, fmt.Errorf("send %s: dataset %s: %w", req.Volume, targets[0], ports.ErrNotOwned)
 	}
 	if req.ResumeToken != "" {
 		return s.resumeSend(ctx, req)
