@@ -257,3 +257,22 @@ func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeOnlyOneDeletes(t *testin
 		t.Fatalf("kept %d copies on b and c, list %+v", kept, st.Replicas)
 	}
 }
+
+func TestAReplicaWithNoDataReportsSnapshotZeroAndWaitsForItsPeer(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.write("a", "v1")
+	c.net.Cut("a") // b cannot reach the primary
+	c.start("a")
+	c.start("b")
+	c.eventually("a holds a snapshot and b reports none, not ready", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		a, _ := st.Replica("a")
+		b, ok := st.Replica("b")
+		return a.Snapshot > 0 && ok && b.Snapshot == 0 && !b.Ready
+	})
+	if s := c.reps["b"].Status(); s.LastError == "" {
+		t.Fatalf("b's status does not say why it is behind: %+v", s)
+	}
+	c.net.Heal("a")
+	c.eventually("b holds v1 once the peer is reachable", func() bool { return c.holds("b", "v1") })
+}
