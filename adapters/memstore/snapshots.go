@@ -67,16 +67,26 @@ func (s *Store) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.Snapsh
 	return out, nil
 }
 
-func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// lookupSnapshot finds a volume and the index of one of its snapshots;
+// the caller holds s.mu.
+func (s *Store) lookupSnapshot(id volume.ID, name string) (*vol, int, error) {
 	v, err := s.lookup(id)
 	if err != nil {
-		return err
+		return nil, -1, err
 	}
 	i := v.find(name)
 	if i < 0 {
-		return fmt.Errorf("snapshot %s@%s: %w", id, name, ports.ErrNotFound)
+		return nil, -1, fmt.Errorf("snapshot %s@%s: %w", id, name, ports.ErrNotFound)
+	}
+	return v, i, nil
+}
+
+func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, i, err := s.lookupSnapshot(id, name)
+	if err != nil {
+		return err
 	}
 	for k, val := range metadata {
 		v.snaps[i].meta[k] = val
@@ -87,13 +97,9 @@ func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name stri
 func (s *Store) DestroySnapshot(ctx context.Context, id volume.ID, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, err := s.lookup(id)
+	v, i, err := s.lookupSnapshot(id, name)
 	if err != nil {
 		return err
-	}
-	i := v.find(name)
-	if i < 0 {
-		return fmt.Errorf("snapshot %s@%s: %w", id, name, ports.ErrNotFound)
 	}
 	v.snaps = append(v.snaps[:i], v.snaps[i+1:]...)
 	return nil
@@ -102,13 +108,9 @@ func (s *Store) DestroySnapshot(ctx context.Context, id volume.ID, name string) 
 func (s *Store) Rollback(ctx context.Context, id volume.ID, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, err := s.lookup(id)
+	v, i, err := s.lookupSnapshot(id, name)
 	if err != nil {
 		return err
-	}
-	i := v.find(name)
-	if i < 0 {
-		return fmt.Errorf("snapshot %s@%s: %w", id, name, ports.ErrNotFound)
 	}
 	if err := v.snaps[i].files.writeTo(s.path(id)); err != nil {
 		return err
