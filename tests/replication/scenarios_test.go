@@ -67,9 +67,20 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 			}
 			return err == nil && s.Transfer != nil && s.Transfer.Bytes > 8<<20
 		})
+		// No '@' in the pattern: zfs-fuse's CLI rewrites its own argv, and
+		// "pool/ds@snap" shows as "pool/ds snap".
+		sendPattern := "zfs send .*" + pools["a"].Name + "/ferry/" + string(c.id) + "\\b"
+		if out, _ := exec.Command("pgrep", "-f", sendPattern).CombinedOutput(); strings.TrimSpace(string(out)) == "" {
+			all, _ := exec.Command("pgrep", "-af", "zfs").CombinedOutput()
+			t.Fatalf("no zfs send matching %q during the transfer: the check below would prove nothing; zfs processes:\n%s", sendPattern, all)
+		}
 		c.kill("b") // SIGKILL: its zfs recv dies with it (Pdeathsig)
 		c.eventually("no zfs recv outlives the killed volume manager", 10*time.Second, func() bool {
 			out, _ := exec.Command("pgrep", "-f", "zfs recv "+pools["b"].Name).CombinedOutput()
+			return strings.TrimSpace(string(out)) == ""
+		})
+		c.eventually("the sender's zfs send stops when its receiver is gone", 20*time.Second, func() bool {
+			out, _ := exec.Command("pgrep", "-f", sendPattern).CombinedOutput()
 			return strings.TrimSpace(string(out)) == ""
 		})
 		return seen
