@@ -163,12 +163,12 @@ func (r *Replicator) observe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	local, err := r.localSnaps(ctx)
+	local, hasData, err := r.local(ctx)
 	if err != nil {
 		return err
 	}
 	_ = r.m.Step(replica.Observed{State: st})
-	_ = r.m.Step(replica.LocalRead{Snaps: local})
+	_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	r.mu.Lock()
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
@@ -177,15 +177,17 @@ func (r *Replicator) observe(ctx context.Context) error {
 	return nil
 }
 
-func (r *Replicator) localSnaps(ctx context.Context) ([]replica.Snap, error) {
+// local reads the replication snapshots the store holds and whether it
+// holds the volume's dataset at all.
+func (r *Replicator) local(ctx context.Context) ([]replica.Snap, bool, error) {
 	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
 	if errors.Is(err, ports.ErrNotFound) {
-		return nil, nil // no local data yet
+		return nil, false, nil // no local data yet
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return toSnaps(list), nil
+	return toSnaps(list), true, nil
 }
 
 // toSnaps keeps the replication snapshots of a listing.

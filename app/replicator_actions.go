@@ -145,7 +145,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		return err
 	}
-	local, err := r.localSnaps(ctx)
+	local, _, err := r.local(ctx)
 	if err != nil {
 		return err
 	}

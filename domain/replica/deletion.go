@@ -11,10 +11,26 @@ type DeletionVerdict struct {
 	Reason  string
 }
 
+// holdsAtLeast reports whether r holds a copy at least as new as self's:
+// a newer snapshot by (epoch, number), or the same snapshot (the same GUID,
+// where both are known). A higher number of an older epoch is a fenced
+// primary's diverged history, not a copy; the same number with another
+// GUID is another snapshot.
+func holdsAtLeast(r, self Replica) bool {
+	if newerReplica(self, r) {
+		return false
+	}
+	if newerReplica(r, self) {
+		return true
+	}
+	return r.SnapshotGUID == self.SnapshotGUID || r.SnapshotGUID == 0 || self.SnapshotGUID == 0
+}
+
 // CanDestroy applies seed 000's safe-deletion rule for the replica on node:
 // it may destroy its copy when the volume is gone (volumeGone), or when at
 // least ReplicationFactor other replicas hold a snapshot at least as new as
-// its own. A replica with no data (snapshot 0) may always leave.
+// its own (by epoch, then number; the same snapshot by GUID). A replica
+// with no data (snapshot 0) may always leave.
 //
 // The verdict is only as good as the state it was computed on: the caller
 // must remove its entry with a compare-and-swap on s.Version, re-read, and
@@ -30,7 +46,7 @@ func CanDestroy(s State, node Node, volumeGone bool) DeletionVerdict {
 	}
 	var holders []Node
 	for _, r := range s.Replicas {
-		if r.Node != node && r.Snapshot >= self.Snapshot {
+		if r.Node != node && holdsAtLeast(r, self) {
 			holders = append(holders, r.Node)
 		}
 	}

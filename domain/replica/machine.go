@@ -30,6 +30,7 @@ type Machine struct {
 	state     State
 	haveState bool
 	local     []Snap
+	hasData   bool
 	haveLocal bool
 
 	peer      Node   // the peer whose snapshot list peerSnaps is
@@ -62,9 +63,12 @@ type Event interface{ event() }
 // Observed: a fresh read of the volume's shared state.
 type Observed struct{ State State }
 
-// LocalRead: the replication snapshots the local store holds, oldest first
-// (none when the node holds no data for the volume).
-type LocalRead struct{ Snaps []Snap }
+// LocalRead: the replication snapshots the local store holds, oldest first,
+// and whether it holds the volume's dataset at all.
+type LocalRead struct {
+	Snaps   []Snap
+	HasData bool
+}
 
 // PeerRead: the replication snapshots a peer holds.
 type PeerRead struct {
@@ -146,9 +150,9 @@ type DestroySnapshots struct{ Snaps []Snap }
 // (Leave, in a compare-and-swap that fails with ErrUnsafe when not
 // allowed); on success the caller destroys the local copy.
 type LeaveVolume struct {
-	// Holds is the newest snapshot the local store holds: the rule is
-	// applied to it, not to the list's entry, which may lag.
-	Holds      Snap
+	// Holds is what the local store holds: the rule is applied to it, not
+	// to the list's entry, which may lag.
+	Holds      Holding
 	VolumeGone bool
 }
 
@@ -172,6 +176,7 @@ func (m *Machine) Step(ev Event) error {
 		m.state, m.haveState = e.State, true
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
+		m.hasData = e.HasData || len(e.Snaps) > 0
 	case PeerRead:
 		m.peer, m.peerSnaps, m.havePeer = e.Peer, sorted(e.Snaps), true
 	case Tick:
@@ -246,7 +251,7 @@ func (m *Machine) decide() Action {
 		newest = m.local[len(m.local)-1]
 	}
 	if m.terminating {
-		return LeaveVolume{Holds: newest, VolumeGone: m.volumeGone}
+		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
 	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
@@ -263,6 +268,15 @@ func (m *Machine) decide() Action {
 	src, ok := ChooseSource(m.state, m.cfg.Self)
 	if !ok {
 		return m.retention()
+	}
+	if m.hasData && len(m.local) == 0 {
+		// A dataset with no replication snapshot may hold writes nobody
+		// else has: nothing is received over it.
+		reason := "holds data without any replication snapshot while another replica has newer ones: nothing is received over it"
+		if m.alerted != reason {
+			return Alert{Reason: reason}
+		}
+		return nil
 	}
 	if !m.havePeer || m.peer != src.Node {
 		return ReadPeer{Peer: src.Node}

@@ -35,17 +35,18 @@ const (
 	PlanFull
 	// PlanIncremental: receive Base..Target on top of Base.
 	PlanIncremental
-	// PlanRollbackIncremental: the replica diverged after Base with
-	// snapshots of an older epoch (Discard); roll back to Base, then
-	// receive Base..Target. The discarded writes were never the volume's.
+	// PlanRollbackIncremental: the replica holds snapshots after Base that
+	// the peer lacks, all older than Target (Discard): of an older epoch (a
+	// fenced primary's writes, never the volume's), or ancestors of Target
+	// the peer pruned. Roll back to Base, then receive Base..Target.
 	PlanRollbackIncremental
 	// PlanReplace: no snapshot in common, and everything the replica holds
-	// is from an older epoch than Target: its copy is discarded whole and
-	// Target received in full.
+	// is older than Target (see PlanRollbackIncremental): its copy is
+	// discarded whole and Target received in full.
 	PlanReplace
-	// PlanConflict: the replica holds snapshots the peer lacks from an
-	// epoch not older than the peer's newest: the peer, not this replica,
-	// may be the stale one. Nothing may be discarded; an operator (or a
+	// PlanConflict: the replica holds snapshots the peer lacks that are not
+	// older than the peer's newest: the peer, not this replica, may be the
+	// stale one. Nothing may be discarded; an operator (or a
 	// newer peer) must settle it.
 	PlanConflict
 )
@@ -71,8 +72,8 @@ type Plan struct {
 // PlanTransfer compares what the replica holds (local) with what a peer
 // holds (remote) and decides how to reach the peer's newest snapshot.
 // Invariants (property-tested): Base is held by both sides with the same
-// GUID; nothing is discarded unless every discarded snapshot is from an
-// epoch older than Target's; Target is never older than what is kept.
+// GUID; nothing is discarded unless Target is newer than every discarded
+// snapshot by (epoch, number); Target is never older than what is kept.
 func PlanTransfer(local, remote []Snap) Plan {
 	local, remote = sorted(local), sorted(remote)
 	if len(remote) == 0 {
@@ -95,7 +96,7 @@ func PlanTransfer(local, remote []Snap) Plan {
 	if !found {
 		if olderThan(local, target) {
 			return Plan{Kind: PlanReplace, Target: target, Discard: local,
-				Reason: fmt.Sprintf("no snapshot in common and every local one is older than epoch %d: replace the copy", target.Epoch)}
+				Reason: fmt.Sprintf("no snapshot in common and every local one is older than %d of epoch %d: replace the copy", target.Number, target.Epoch)}
 		}
 		return Plan{Kind: PlanConflict, Target: target,
 			Reason: "no snapshot in common, and the local copy holds snapshots as new as the peer's"}
@@ -116,17 +117,22 @@ func PlanTransfer(local, remote []Snap) Plan {
 			Reason: fmt.Sprintf("incremental %d..%d", base.Number, target.Number)}
 	case olderThan(after, target):
 		return Plan{Kind: PlanRollbackIncremental, Base: base, Target: target, Discard: after,
-			Reason: fmt.Sprintf("diverged after %d with %d snapshot(s) of an older epoch than %d: roll back to %d", base.Number, len(after), target.Epoch, base.Number)}
+			Reason: fmt.Sprintf("holds %d snapshot(s) after %d that the peer lacks, all older than %d of epoch %d: roll back to %d", len(after), base.Number, target.Number, target.Epoch, base.Number)}
 	default:
 		return Plan{Kind: PlanConflict, Base: base, Target: target, Discard: nil,
 			Reason: fmt.Sprintf("diverged after %d with snapshots as new as the peer's epoch %d", base.Number, target.Epoch)}
 	}
 }
 
-// olderThan reports whether every snapshot is from an epoch before t's.
+// olderThan reports whether t is newer than every snapshot, by (epoch,
+// number). A snapshot of an older epoch is a fenced primary's history; one
+// of t's own epoch with a lower number is an ancestor of t (an epoch has a
+// single primary, which snapshots in order), so discarding it loses
+// nothing t does not hold (the sender may have pruned it after this
+// replica received it).
 func olderThan(snaps []Snap, t Snap) bool {
 	for _, s := range snaps {
-		if s.Epoch >= t.Epoch {
+		if !t.Newer(s) {
 			return false
 		}
 	}

@@ -76,8 +76,8 @@ func checkPlan(t *testing.T, local, remote []Snap, p Plan) {
 		t.Fatalf("target %+v is not the peer's newest %+v", p.Target, newest(remote))
 	}
 	for _, d := range p.Discard {
-		if d.Epoch >= p.Target.Epoch {
-			t.Fatalf("discards %+v, not older than target epoch %d", d, p.Target.Epoch)
+		if !p.Target.Newer(d) {
+			t.Fatalf("discards %+v, not older than the target %+v", d, p.Target)
 		}
 		if !has(local, d) {
 			t.Fatalf("discards %+v that the replica does not hold", d)

@@ -48,7 +48,7 @@ func FuzzLeaveNeverDropsCopiesOfTheNewestBelowTheBudget(f *testing.F) {
 			node := nodes[int(l)%len(nodes)]
 			before := len(s.Replicas)
 			r, _ := s.Replica(node)
-			_, err := Leave(&s, node, Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch}, false)
+			_, err := Leave(&s, node, Holding{Newest: Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch, GUID: r.SnapshotGUID}, HasData: r.Snapshot > 0}, false)
 			if err == nil && before == len(s.Replicas) {
 				if _, still := s.Replica(node); still {
 					t.Fatalf("Leave(%s) succeeded but the entry is still listed", node)

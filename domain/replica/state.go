@@ -93,6 +93,9 @@ func (s *State) Newest() SnapshotNumber {
 
 // Validate checks the invariants every stored state must hold.
 func (s *State) Validate() error {
+	if s.ReplicationFactor < 1 {
+		return fmt.Errorf("replicationFactor %d: at least 1 is required", s.ReplicationFactor)
+	}
 	active := 0
 	for i, r := range s.Replicas {
 		if r.Node == "" {

@@ -53,18 +53,19 @@ func TestCanDestroy(t *testing.T) {
 }
 
 func TestStateValidateHoldsTheInvariants(t *testing.T) {
-	good := State{Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true, SnapshotEpoch: 2}, {Node: "b", SnapshotEpoch: 1}}}
+	good := State{ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true, SnapshotEpoch: 2}, {Node: "b", SnapshotEpoch: 1}}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]State{
-		"two active":         {Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true}, {Node: "b", Active: true}}},
-		"active not primary": {Epoch: 2, Primary: "b", Replicas: []Replica{{Node: "a", Active: true}}},
-		"future epoch":       {Epoch: 1, Replicas: []Replica{{Node: "a", SnapshotEpoch: 2}}},
-		"duplicate node":     {Replicas: []Replica{{Node: "a"}, {Node: "a"}}},
-		"unsorted":           {Replicas: []Replica{{Node: "b"}, {Node: "a"}}},
-		"empty node":         {Replicas: []Replica{{Node: ""}}},
+		"two active":         {ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true}, {Node: "b", Active: true}}},
+		"active not primary": {ReplicationFactor: 1, Epoch: 2, Primary: "b", Replicas: []Replica{{Node: "a", Active: true}}},
+		"future epoch":       {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", SnapshotEpoch: 2}}},
+		"duplicate node":     {ReplicationFactor: 1, Replicas: []Replica{{Node: "a"}, {Node: "a"}}},
+		"unsorted":           {ReplicationFactor: 1, Replicas: []Replica{{Node: "b"}, {Node: "a"}}},
+		"empty node":         {ReplicationFactor: 1, Replicas: []Replica{{Node: ""}}},
 	}
+	bad["no replication factor"] = State{Replicas: []Replica{{Node: "a"}}}
 	for name, s := range bad {
 		if err := s.Validate(); err == nil || strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: Validate() = %v, want an error", name, err)

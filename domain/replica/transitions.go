@@ -72,24 +72,36 @@ func Demote(s *State, node Node, epoch Epoch) error {
 	return nil
 }
 
+// Holding is what a replica's store really holds: its newest replication
+// snapshot, and whether it holds a dataset at all (a dataset without any
+// replication snapshot may hold writes never snapshotted).
+type Holding struct {
+	Newest  Snap
+	HasData bool
+}
+
 // Leave removes node from the list if the safe-deletion rule allows it,
-// and returns the verdict; a refused verdict is ErrUnsafe. holds is the
-// newest snapshot the replica's store holds: the rule is applied to what
-// the replica really has, not to its entry, which may lag (a snapshot
-// received but not yet reported is data only this replica may hold). Run
-// inside ClusterState.Update: of two replicas leaving at once, the second
-// sees the first gone and is counted against the smaller list.
-func Leave(s *State, node Node, holds Snap, volumeGone bool) (DeletionVerdict, error) {
+// and returns the verdict; a refused verdict is ErrUnsafe. The rule is
+// applied to what the replica's store holds, not to its entry, which may
+// lag (a snapshot received but not yet reported is data only this replica
+// may hold). Run inside ClusterState.Update: of two replicas leaving at
+// once, the second sees the first gone and is counted against the smaller
+// list.
+func Leave(s *State, node Node, holds Holding, volumeGone bool) (DeletionVerdict, error) {
+	if !volumeGone && holds.HasData && holds.Newest.Number == 0 {
+		v := DeletionVerdict{Reason: "it holds data that was never snapshotted"}
+		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
+	}
 	probe := *s
 	probe.Replicas = append([]Replica(nil), s.Replicas...)
-	if i := probe.index(node); i >= 0 {
-		if (Snap{Number: holds.Number, Epoch: holds.Epoch}).Newer(Snap{Number: probe.Replicas[i].Snapshot, Epoch: probe.Replicas[i].SnapshotEpoch}) {
-			probe.Replicas[i].Snapshot, probe.Replicas[i].SnapshotEpoch = holds.Number, holds.Epoch
-		}
-	} else if holds.Number > 0 {
+	if holds.Newest.Number > 0 {
 		Join(&probe, node)
-		probe.Replicas[probe.index(node)].Snapshot = holds.Number
-		probe.Replicas[probe.index(node)].SnapshotEpoch = holds.Epoch
+		i := probe.index(node)
+		own := probe.Replicas[i]
+		if !newerReplica(own, Replica{Snapshot: holds.Newest.Number, SnapshotEpoch: holds.Newest.Epoch}) {
+			probe.Replicas[i].Snapshot, probe.Replicas[i].SnapshotEpoch = holds.Newest.Number, holds.Newest.Epoch
+			probe.Replicas[i].SnapshotGUID = holds.Newest.GUID
+		}
 	}
 	v := CanDestroy(probe, node, volumeGone)
 	if !v.Allowed {
@@ -124,8 +136,13 @@ func Takeover(s *State, node, lost Node) error {
 		return fmt.Errorf("takeover from %s: the primary is %q: %w", lost, s.Primary, ErrFenced)
 	}
 	i := s.index(node)
-	if i < 0 {
+	if i < 0 || node == lost {
 		return fmt.Errorf("takeover by %s: %w", node, ErrUnknownReplica)
+	}
+	if s.Replicas[i].Snapshot == 0 {
+		// An empty successor would snapshot nothing as the newest data and
+		// make every returning replica replace its copy with it.
+		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
 	}
 	for _, r := range s.Replicas {
 		if r.Node != lost && r.Node != node && newerReplica(r, s.Replicas[i]) {

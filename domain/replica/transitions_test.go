@@ -56,16 +56,16 @@ func TestPromoteStartsANewEpochAndRefusesASecondActivePrimary(t *testing.T) {
 
 func TestLeaveAppliesTheSafeDeletionRuleAndRemovesTheEntry(t *testing.T) {
 	s := threeReplicas(1)
-	if _, err := Leave(&s, "a", Snap{Number: 5, Epoch: 1}, false); err != nil {
+	if _, err := Leave(&s, "a", Holding{Newest: Snap{Number: 5, Epoch: 1}, HasData: true}, false); err != nil {
 		t.Fatalf("a leaves with b at 5 and rf 1: %v", err)
 	}
 	if _, ok := s.Replica("a"); ok {
 		t.Fatal("a is still listed")
 	}
-	if _, err := Leave(&s, "b", Snap{Number: 5, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
+	if _, err := Leave(&s, "b", Holding{Newest: Snap{Number: 5, Epoch: 1}, HasData: true}, false); !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("b is the last holder of 5: %v, want ErrUnsafe", err)
 	}
-	if _, err := Leave(&s, "c", Snap{Number: 4, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) && err != nil {
+	if _, err := Leave(&s, "c", Holding{Newest: Snap{Number: 4, Epoch: 1}, HasData: true}, false); !errors.Is(err, ErrUnsafe) && err != nil {
 		t.Fatal(err)
 	}
 }
@@ -76,13 +76,16 @@ func TestLeaveJudgesWhatTheReplicaHoldsNotItsLaggingEntry(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{
 		{Node: "a", Snapshot: 5, SnapshotEpoch: 1}, {Node: "b"},
 	}}
-	if _, err := Leave(&s, "b", Snap{Number: 6, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
+	if _, err := Leave(&s, "b", Holding{Newest: Snap{Number: 6, Epoch: 1}, HasData: true}, false); !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("leave with unreported data: %v, want ErrUnsafe", err)
 	}
-	if _, err := Leave(&s, "z", Snap{Number: 6, Epoch: 1}, false); !errors.Is(err, ErrUnsafe) {
+	if _, err := Leave(&s, "z", Holding{Newest: Snap{Number: 6, Epoch: 1}, HasData: true}, false); !errors.Is(err, ErrUnsafe) {
 		t.Fatalf("an unlisted replica holding the newest data: %v, want ErrUnsafe", err)
 	}
-	if _, err := Leave(&s, "b", Snap{}, false); err != nil {
+	if _, err := Leave(&s, "b", Holding{HasData: true}, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("a dataset never snapshotted may hold unique writes: %v, want ErrUnsafe", err)
+	}
+	if _, err := Leave(&s, "b", Holding{}, false); err != nil {
 		t.Fatalf("a replica with no data may always leave: %v", err)
 	}
 }
@@ -121,5 +124,54 @@ func TestReadinessAllowsTheConfiguredLag(t *testing.T) {
 	}
 	if n := s.NextSnapshot(); n != 6 {
 		t.Fatalf("next snapshot %d, want 6", n)
+	}
+}
+
+func TestLeaveCountsOnlyCopiesAtLeastAsNewByEpochAndTheSameByGUID(t *testing.T) {
+	// A fenced old primary (a) reported 8 of epoch 1; b and c hold 8 of
+	// epoch 2, the real newest. rf 1: after c leaves, b is the last copy.
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "b", Replicas: []Replica{
+		{Node: "a", Snapshot: 8, SnapshotEpoch: 1, SnapshotGUID: 111},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 222},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 222},
+	}}
+	held := Holding{Newest: Snap{Number: 8, Epoch: 2, GUID: 222}, HasData: true}
+	if _, err := Leave(&s, "c", held, false); err != nil {
+		t.Fatalf("c, with b holding the same snapshot: %v", err)
+	}
+	if _, err := Leave(&s, "b", held, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("b left counting a's diverged 8 of epoch 1 as a copy: %v", err)
+	}
+	// The same number and epoch with another GUID is another snapshot.
+	d := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{
+		{Node: "a", Snapshot: 8, SnapshotEpoch: 1, SnapshotGUID: 1}, {Node: "b", Snapshot: 8, SnapshotEpoch: 1, SnapshotGUID: 2},
+	}}
+	if _, err := Leave(&d, "b", Holding{Newest: Snap{Number: 8, Epoch: 1, GUID: 2}, HasData: true}, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("b left counting a's different snapshot 8 as its copy: %v", err)
+	}
+}
+
+func TestTakeoverRefusesAnEmptySuccessor(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 10, SnapshotEpoch: 1, Active: true}, {Node: "b"},
+	}}
+	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+		t.Fatalf("an empty replica took over: %v", err)
+	}
+	if err := Takeover(&s, "a", "a"); err == nil {
+		t.Fatal("the lost primary took over from itself")
+	}
+}
+
+func TestAReplicaWhoseReceivedSnapshotThePeerPrunedRecovers(t *testing.T) {
+	// b received 7 (full or incremental) but a, seeing b still at 5,
+	// pruned 7; a now holds 9 and 11 of the same epoch.
+	p := PlanTransfer([]Snap{{5, 50, 1}, {7, 70, 1}}, []Snap{{5, 50, 1}, {9, 90, 1}})
+	if p.Kind != PlanRollbackIncremental || p.Base.Number != 5 {
+		t.Fatalf("plan %v (%s): want a rollback to 5 (7 is an ancestor of 9)", p.Kind, p.Reason)
+	}
+	p = PlanTransfer([]Snap{{9, 90, 1}}, []Snap{{10, 100, 1}, {11, 110, 1}, {12, 120, 1}})
+	if p.Kind != PlanReplace {
+		t.Fatalf("plan %v (%s): want a replace, never a permanent conflict", p.Kind, p.Reason)
 	}
 }

@@ -172,7 +172,7 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	// a comes back as a secondary: rolled back, with its reason, and resynced.
 	c.start("a")
 	sum := c.converged("b", "a")
-	if !c.logHas("a", "replica diverged: rolling back", "older epoch") {
+	if !c.logHas("a", "replica diverged: rolling back", "the peer lacks", "roll back to") {
 		t.Error("a's log does not say it rolled back and why")
 	}
 	if !c.logHas("a", `"reason":"RolledBack"`) {
