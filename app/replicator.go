@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,9 +44,13 @@ type Replicator struct {
 	log       *zap.Logger
 	m         *replica.Machine
 
+	snapshotNow atomic.Bool // set by SnapshotNow, consumed by Run's goroutine
+
 	mu       sync.Mutex
 	status   Status
 	transfer *Progress
+	// lastBlocked is the last DiscardBlocked message raised.
+	lastBlocked string
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
 	// the estimate of a full stream's length, for the ETA.
 	peerSizes map[uint64]int64
@@ -114,11 +119,16 @@ func (r *Replicator) Run(ctx context.Context) error {
 		case <-t.C:
 			_ = r.m.Step(replica.Tick{})
 		}
+		if r.snapshotNow.Swap(false) {
+			_ = r.m.Step(replica.SnapshotNow{})
+		}
 	}
 }
 
-// SnapshotNow asks the primary for a snapshot at its next decision.
-func (r *Replicator) SnapshotNow() { _ = r.m.Step(replica.SnapshotNow{}) }
+// SnapshotNow asks the primary for a snapshot at its next decision. It is
+// safe to call from any goroutine: the machine is only ever stepped by
+// Run's.
+func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true) }
 
 // settle observes and acts until the machine has nothing more to do now.
 func (r *Replicator) settle(ctx context.Context) {

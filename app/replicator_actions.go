@@ -36,16 +36,26 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		r.mu.Lock()
 		r.peerSizes = sizes
 		r.mu.Unlock()
-		return r.m.Step(replica.PeerRead{Peer: a.Peer, Snaps: toSnaps(list)})
+		peerSnaps := toSnaps(list)
+		if err := r.restampEpochs(ctx, peerSnaps); err != nil {
+			return err
+		}
+		return r.m.Step(replica.PeerRead{Peer: a.Peer, Snaps: peerSnaps})
 	case replica.Fetch:
 		return r.fetch(ctx, a)
 	case replica.Rollback:
+		if err := r.guardDiscard(ctx, replica.SnapshotName(a.To.Number)); err != nil {
+			return err
+		}
 		r.log.Warn("replica diverged: rolling back", zap.Uint64("snapshot", uint64(a.To.Number)),
 			zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "RolledBack",
 			Message: fmt.Sprintf("replica on %s rolled back to %s, discarding %v: %s", r.cfg.Node, replica.SnapshotName(a.To.Number), snapNames(a.Discard), a.Reason)})
 		return r.store.Rollback(ctx, r.cfg.Volume, replica.SnapshotName(a.To.Number))
 	case replica.Replace:
+		if err := r.guardDiscard(ctx, ""); err != nil {
+			return err
+		}
 		r.log.Warn("replica shares no snapshot with the newest: replacing it", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Replaced",
 			Message: fmt.Sprintf("replica on %s discarded %v: %s", r.cfg.Node, snapNames(a.Discard), a.Reason)})
@@ -136,14 +146,34 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		if errors.Is(err, ports.ErrConflict) && a.Base != nil {
 			// A secondary changed after its newest snapshot (it is never
 			// mounted for writing; an atime update is enough): those changes
-			// are not the volume's, so the replica returns to the snapshot.
+			// are not the volume's, so the replica returns to the snapshot,
+			// unless that would destroy a snapshot that is not Ferry's.
 			log.Warn("replica changed since its newest snapshot: rolling back to it before retrying", zap.Error(err))
+			if gerr := r.guardDiscard(ctx, req.From); gerr != nil {
+				return errors.Join(err, gerr)
+			}
 			if rerr := r.store.Rollback(ctx, r.cfg.Volume, req.From); rerr != nil {
 				return errors.Join(err, rerr)
 			}
 		}
+		if errors.Is(err, ports.ErrBaseMismatch) && a.Base != nil {
+			// The base is not the newest snapshot here: either the plan is
+			// stale (planned again next tick), or a snapshot that is not
+			// Ferry's sits after it, which only an operator can settle.
+			if gerr := r.guardDiscard(ctx, req.From); gerr != nil {
+				return errors.Join(err, gerr)
+			}
+		}
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		return err
+	}
+	if token != "" {
+		// A resumed stream completes the transfer that was interrupted,
+		// which may be of an older target than a.Target: the machine plans
+		// again from what the store now holds; the epoch is stamped from
+		// the peer's listing by GUID.
+		log.Info("resumed transfer completed", zap.Int64("bytes", p.Bytes()))
+		return nil
 	}
 	local, _, err := r.local(ctx)
 	if err != nil {
@@ -172,6 +202,11 @@ func (r *Replicator) setTransfer(p *Progress) {
 // (refused unless enough up-to-date replicas remain), re-read the list and
 // verify the holders are still there, and only then destroy the local copy.
 func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
+	if !a.VolumeGone {
+		if err := r.guardDiscard(ctx, ""); err != nil {
+			return err
+		}
+	}
 	var verdict replica.DeletionVerdict
 	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
 		v, err := replica.Leave(s, r.cfg.Node, a.Holds, a.VolumeGone)
@@ -223,4 +258,75 @@ func (r *Replicator) Terminate(ctx context.Context, volumeGone bool) error {
 	last := r.status.LastError
 	r.mu.Unlock()
 	return fmt.Errorf("local copy kept: %s: %w", last, replica.ErrUnsafe)
+}
+
+// guardDiscard refuses to discard snapshots that are not Ferry's
+// replication snapshots (a CSI VolumeSnapshot a former primary took):
+// those after the snapshot named `after` for a rollback, or any at all
+// when the whole copy would go (after == ""). It raises an event, since
+// only an operator (or the snapshot's deletion) can settle it.
+func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
+	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
+	if errors.Is(err, ports.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var since uint64
+	if after != "" {
+		found := false
+		for _, s := range list {
+			if s.Name == after {
+				since, found = s.CreateTxg, true
+			}
+		}
+		if !found {
+			return fmt.Errorf("rollback to %s: %w", after, ports.ErrNotFound)
+		}
+	}
+	var foreign []string
+	for _, s := range list {
+		if _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) {
+			foreign = append(foreign, s.Name)
+		}
+	}
+	if len(foreign) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("replica on %s keeps its copy: discarding it would destroy snapshots that are not replication snapshots: %v", r.cfg.Node, foreign)
+	r.mu.Lock()
+	repeated := r.lastBlocked == msg
+	r.lastBlocked = msg
+	r.mu.Unlock()
+	if !repeated { // raised once per situation, not on every retry
+		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "DiscardBlocked", Message: msg})
+	}
+	return fmt.Errorf("%s: %w", msg, replica.ErrUnsafe)
+}
+
+// restampEpochs records, on local snapshots whose epoch is unknown (a
+// receive whose bookkeeping was interrupted), the epoch the peer lists for
+// the same GUID.
+func (r *Replicator) restampEpochs(ctx context.Context, peer []replica.Snap) error {
+	byGUID := make(map[uint64]replica.Epoch, len(peer))
+	for _, s := range peer {
+		if s.Epoch > 0 {
+			byGUID[s.GUID] = s.Epoch
+		}
+	}
+	local, _, err := r.local(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range local {
+		if e, ok := byGUID[s.GUID]; ok && s.Epoch == 0 {
+			name := replica.SnapshotName(s.Number)
+			if err := r.store.SetSnapshotMetadata(ctx, r.cfg.Volume, name, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(e), 10)}); err != nil {
+				return err
+			}
+			r.log.Info("epoch recorded on a received snapshot", zap.String("snapshot", name), zap.Uint64("epoch", uint64(e)))
+		}
+	}
+	return nil
 }

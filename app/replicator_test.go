@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +276,60 @@ func TestAReplicaWithNoDataReportsSnapshotZeroAndWaitsForItsPeer(t *testing.T) {
 	}
 	c.net.Heal("a")
 	c.eventually("b holds v1 once the peer is reachable", func() bool { return c.holds("b", "v1") })
+}
+
+// Former primary a holds a CSI snapshot taken after ferry-1; b is primary
+// of epoch 2 with ferry-2. a's incremental 1..2 cannot apply (a's newest
+// snapshot is the CSI one): a rollback to ferry-1 would destroy it, so a
+// keeps its copy and raises DiscardBlocked instead.
+func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
+	c := newCluster(t, 1, "a", "b")
+	a, b := c.stores["a"], c.stores["b"]
+	if _, err := a.CreateSnapshot(ctx, volID, "ferry-1", map[string]string{ports.MetaEpoch: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Send(ctx, ports.SendRequest{Volume: volID, To: "ferry-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Receive(ctx, volID, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_ = b.SetSnapshotMetadata(ctx, volID, "ferry-1", map[string]string{ports.MetaEpoch: "1"})
+	if _, err := a.CreateSnapshot(ctx, volID, "csi-backup", nil); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := b.CreateSnapshot(ctx, volID, "ferry-2", map[string]string{ports.MetaEpoch: "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, _ := a.ListSnapshots(ctx, volID)
+	if _, err = c.state.Update(ctx, volID, func(st *replica.State) error {
+		st.Epoch, st.Primary = 2, "b"
+		st.Replicas = []replica.Replica{
+			{Node: "a", Snapshot: 1, SnapshotEpoch: 1, SnapshotGUID: la[0].GUID},
+			{Node: "b", Snapshot: 2, SnapshotEpoch: 2, SnapshotGUID: b2.GUID, Active: true},
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+		a, c.state, c.net, c.events, zap.NewNop())
+	rctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = r.Run(rctx)
+	after, _ := a.ListSnapshots(ctx, volID)
+	var names []string
+	for _, s := range after {
+		names = append(names, s.Name)
+	}
+	t.Logf("a now holds %v; events %v", names, c.events.reasons())
+	if !strings.Contains(strings.Join(names, ","), "csi-backup") {
+		t.Fatalf("the CSI snapshot csi-backup was destroyed; a holds %v", names)
+	}
+	if !strings.Contains(strings.Join(c.events.reasons(), ","), "DiscardBlocked") {
+		t.Fatalf("no DiscardBlocked event; events %v", c.events.reasons())
+	}
 }

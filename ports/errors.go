@@ -14,8 +14,12 @@ var (
 	// ErrBusy: the object is in use (mounted, has dependent clones, a
 	// transfer is running) and the operation may succeed later.
 	ErrBusy = errors.New("busy")
-	// ErrConflict: a compare-and-swap lost to a concurrent writer.
+	// ErrConflict: a compare-and-swap lost to a concurrent writer, or an
+	// incremental receive into a target modified since its newest snapshot.
 	ErrConflict = errors.New("version conflict")
+	// ErrBaseMismatch: an incremental stream's base is not the target's
+	// newest snapshot (the target moved on or lacks it): plan again.
+	ErrBaseMismatch = errors.New("incremental base is not the target's newest snapshot")
 	// ErrInvalid: the store refused a value (a property the pool does not
 	// support, a malformed stream). Retrying the same call cannot succeed.
 	ErrInvalid = errors.New("invalid")

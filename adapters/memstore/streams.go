@@ -70,10 +70,10 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, r io.Reader) error {
 	case st.BaseGUID == 0 && exists:
 		return fmt.Errorf("receive %s: full stream into an existing volume: %w", id, ports.ErrExists)
 	case st.BaseGUID != 0 && !exists:
-		return fmt.Errorf("receive %s: incremental stream without its base: %w", id, ports.ErrNotFound)
+		return fmt.Errorf("receive %s: incremental stream without its base: %w", id, ports.ErrBaseMismatch)
 	case st.BaseGUID != 0:
 		if len(v.snaps) == 0 || v.snaps[len(v.snaps)-1].guid != st.BaseGUID {
-			return fmt.Errorf("receive %s: newest snapshot does not match the incremental source: %w", id, ports.ErrConflict)
+			return fmt.Errorf("receive %s: newest snapshot does not match the incremental source: %w", id, ports.ErrBaseMismatch)
 		}
 		cur, err := readFiles(s.path(id))
 		if err != nil {

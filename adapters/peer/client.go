@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
@@ -67,7 +69,8 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{})),
 		grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
-		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize))
+		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}))
 	if err != nil {
 		return nil, fmt.Errorf("peer %s at %s: %v: %w", node, addr, err, ports.ErrUnavailable)
 	}
@@ -105,6 +108,8 @@ func (c *Client) Snapshots(ctx context.Context, node replica.Node, id volume.ID)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
 	var resp SnapshotsResponse
 	if err := cc.Invoke(ctx, methodSnapshots, &SnapshotsRequest{Volume: string(id)}, &resp); err != nil {
 		return nil, fromStatus(node, err)
@@ -140,8 +145,9 @@ func (c *Client) Fetch(ctx context.Context, node replica.Node, req ports.SendReq
 		cancel()
 		return nil, fromStatus(node, err)
 	}
-	r := &fetchReader{node: node, stream: stream, cancel: cancel}
+	r := &fetchReader{node: node, stream: stream, cancel: cancel, idle: time.AfterFunc(streamIdle, cancel)}
 	if err := r.next(); err != nil && !errors.Is(err, io.EOF) {
+		r.idle.Stop()
 		cancel()
 		return nil, err
 	}
@@ -152,6 +158,7 @@ type fetchReader struct {
 	node   replica.Node
 	stream grpc.ClientStream
 	cancel context.CancelFunc
+	idle   *time.Timer     // cancels a stream that delivers nothing for streamIdle
 	bufs   mem.BufferSlice // the current message's buffers, not yet written
 	off    int             // bytes of bufs[0] already written
 	err    error
@@ -177,6 +184,7 @@ func (r *fetchReader) next() error {
 		return r.err
 	}
 	r.bufs = c.in
+	r.idle.Reset(streamIdle)
 	return nil
 }
 
@@ -240,6 +248,7 @@ func (r *fetchReader) WriteTo(w io.Writer) (int64, error) {
 }
 
 func (r *fetchReader) Close() error {
+	r.idle.Stop()
 	r.cancel()
 	r.release()
 	return nil

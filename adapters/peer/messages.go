@@ -1,5 +1,7 @@
 package peer
 
+import "time"
+
 // SnapshotsRequest asks for a volume's replication snapshots.
 type SnapshotsRequest struct {
 	Volume string `json:"volume"`
@@ -44,4 +46,14 @@ const ChunkSize = 1 << 20
 const (
 	windowSize = 32 << 20
 	bufferSize = 1 << 20
+)
+
+// Liveness: a peer that stops answering must not hold a replica's single
+// decision loop. Pings find dead connections; a listing has a deadline; a
+// stream that delivers nothing for streamIdle is cancelled.
+const (
+	keepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 20 * time.Second
+	listTimeout      = 30 * time.Second
+	streamIdle       = 2 * time.Minute
 )

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -71,7 +72,9 @@ func NewServer(store ports.SnapshotStore, creds credentials.TransportCredentials
 	s := &Server{store: store, log: log}
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
 		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
-		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize))
+		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}))
 	s.grpc.RegisterService(&serviceDesc, s)
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -84,18 +85,23 @@ func (s *Store) DiscardPartial(ctx context.Context, id volume.ID) error {
 
 // resumeSend continues an interrupted transfer. The token comes from a
 // peer, so it is checked first: `zfs send -nvt` decodes it, and the
-// snapshot it names must be the requested snapshot of this volume.
+// snapshot it names must be a replication snapshot of this volume. It may
+// be older than req.To (the receiver was interrupted on an earlier
+// target): finishing it still moves the receiver forward. A token that
+// cannot be decoded or names anything else is ErrInvalid, which makes the
+// receiver discard its partial state.
 func (s *Store) resumeSend(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error) {
 	if !s.resumable {
 		return nil, fmt.Errorf("send %s: this pool cannot resume transfers: %w", req.Volume, ports.ErrInvalid)
 	}
 	out, err := s.run.zfs(ctx, "send", "-n", "-v", "-t", req.ResumeToken)
 	if err != nil {
-		return nil, fmt.Errorf("send %s: resume token: %w", req.Volume, err)
+		return nil, fmt.Errorf("send %s: resume token: %v: %w", req.Volume, err, ports.ErrInvalid)
 	}
-	want := s.snapshot(req.Volume, req.To)
-	if got := tokenTarget(string(out)); got != want {
-		return nil, fmt.Errorf("send %s: resume token names %q, not %q: %w", req.Volume, got, want, ports.ErrInvalid)
+	target := tokenTarget(string(out))
+	ds, snap, ok := strings.Cut(target, "@")
+	if _, isReplication := replica.ParseSnapshotName(snap); !ok || ds != s.dataset(req.Volume) || !isReplication {
+		return nil, fmt.Errorf("send %s: resume token names %q, not a replication snapshot of %s: %w", req.Volume, target, s.dataset(req.Volume), ports.ErrInvalid)
 	}
 	return s.run.stream(ctx, "send", "-t", req.ResumeToken)
 }

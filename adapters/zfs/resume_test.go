@@ -40,6 +40,8 @@ case "$*" in
     printf 'resume token contents:\nnvlist version: 0\n\tobject = 0x6\n\toffset = 0x1000\n\ttoname = tank/ferry/vol-1@ferry-3\n' ;;
   "send -n -v -t 1-0ther-789c")
     printf 'resume token contents:\n\ttoname = tank/ferry/secret@ferry-3\n' ;;
+  "send -n -v -t 1-bad")
+    echo "cannot resume send: 'tank/ferry/vol-1@ferry-1' used in the initial send no longer exists" >&2; exit 255 ;;
   "send -t 1-abc0-de-789c") printf 'RESUMED-STREAM' ;;
   "recv -A tank/ferry/vol-1") ;;
   *) echo "fake zfs: unexpected: $*" >&2; exit 1 ;;
@@ -81,6 +83,10 @@ func TestOnOpenZFSAnInterruptedTransferResumesWithAVerifiedToken(t *testing.T) {
 	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: "1-0ther-789c"})
 	if !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a token naming another dataset: %v, want ErrInvalid", err)
+	}
+	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: "1-bad"})
+	if !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("a token zfs cannot resume: %v, want ErrInvalid (the receiver then discards its partial state)", err)
 	}
 	if err := s.DiscardPartial(ctx, "vol-1"); err != nil {
 		t.Fatal(err)

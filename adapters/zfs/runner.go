@@ -64,8 +64,8 @@ var stderrKinds = []struct {
 	{"invalid property", ports.ErrInvalid},
 	{"less than current used or reserved space", ports.ErrInvalid},
 	{"has been modified", ports.ErrConflict},
-	{"does not match incremental source", ports.ErrConflict},
-	{"most recent snapshot of", ports.ErrConflict},
+	{"does not match incremental source", ports.ErrBaseMismatch},
+	{"most recent snapshot of", ports.ErrBaseMismatch},
 	{"invalid backup stream", ports.ErrInvalid},
 }
 

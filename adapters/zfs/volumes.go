@@ -120,6 +120,10 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 	if err != nil {
 		return fmt.Errorf("destroy volume %s: %w", id, err)
 	}
+	// An interrupted, resumable receive kept for this volume goes with it.
+	if err := s.destroyIfExists(ctx, s.staging(id)); err != nil {
+		return fmt.Errorf("destroy volume %s: its staging dataset: %w", id, err)
+	}
 	return nil
 }
 
