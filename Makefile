@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI cl
 
 test-replication: build zfs-up ## replication end to end: 3 pools, 3 volume managers per volume, mTLS over 127.0.0.1
 	FERRY_BIN=$(BIN)/ferry $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
+
+bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
+	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer
 
 bench-replication: zfs-up ## Ferry's peer transport vs a raw zfs send | zfs recv pipe: MB/s and ratio
 	go run ./tests/bench/replication

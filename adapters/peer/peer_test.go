@@ -39,7 +39,9 @@ type env struct {
 
 // start serves store on 127.0.0.1 with mutual TLS and returns a client
 // whose every node resolves to it.
-func start(t *testing.T, store ports.SnapshotStore) *env {
+func start(t *testing.T, store ports.SnapshotStore) *env { return startB(t, store) }
+
+func startB(t testing.TB, store ports.SnapshotStore) *env {
 	t.Helper()
 	ca, err := pki.NewCA(t.TempDir(), "ferry-test")
 	if err != nil {
