@@ -366,3 +366,19 @@ func (c *volumeCluster) converged(primary replica.Node, others ...replica.Node) 
 }
 
 var sigterm = syscall.SIGTERM
+
+// newestStored is the newest replication snapshot n's store holds of the
+// volume (0 when none).
+func (c *volumeCluster) newestStored(n replica.Node) replica.SnapshotNumber {
+	list, err := stores[n].ListSnapshots(ctx, c.id)
+	if err != nil {
+		return 0
+	}
+	var newest replica.SnapshotNumber
+	for _, s := range list {
+		if num, ok := replica.ParseSnapshotName(s.Name); ok && num > newest {
+			newest = num
+		}
+	}
+	return newest
+}

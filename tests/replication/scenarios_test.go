@@ -100,15 +100,14 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 	}
 	t.Logf("after a killed full transfer, b restarted it and holds %s", sum)
 
-	st, _ := c.state.Get(ctx, c.id)
-	base, _ := st.Replica("b")
 	c.stop("b")
+	base := c.newestStored("b") // its last complete snapshot
 	c.write("a", "more.bin", 300<<20)
 	killMidStream("incremental transfer")
 	c.start("b")
 	sum = c.converged("a", "b")
-	if !c.logHas("b", "snapshot received", fmt.Sprintf(`"base":"%s"`, replica.SnapshotName(base.Snapshot))) {
-		t.Fatalf("b did not resume incrementally from its last complete snapshot %d", base.Snapshot)
+	if !c.logHas("b", "snapshot received", fmt.Sprintf(`"base":"%s"`, replica.SnapshotName(base))) {
+		t.Fatalf("b did not resume incrementally from its last complete snapshot %d", base)
 	}
 	t.Logf("after a killed incremental transfer, b resumed from its last complete snapshot and holds %s", sum)
 }
@@ -149,6 +148,11 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	c.start("a")
 	c.start("b")
 	c.converged("a", "b")
+	c.eventually("b reported what it holds", 20*time.Second, func() bool {
+		st, _ := c.state.Get(ctx, c.id)
+		b, _ := st.Replica("b")
+		return b.Snapshot > 0 && b.Snapshot == c.newestStored("b")
+	})
 	// b is cut off; a keeps writing and snapshotting: writes b never sees.
 	c.stop("b")
 	st, _ := c.state.Get(ctx, c.id)
