@@ -171,7 +171,11 @@ func TestADivergedOldPrimaryIsRolledBackWithAnEventAndResyncs(t *testing.T) {
 	c.write("a", "v1")
 	c.start("a")
 	c.start("b")
-	c.eventually("b holds v1", func() bool { return c.holds("b", "v1") })
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot > 0 && b.Snapshot == c.newestStored("b")
+	})
 	// b is cut off; a snapshots v2 that b never gets.
 	c.stop("b")
 	bHolds := c.newestStored("b")
