@@ -1,0 +1,146 @@
+package deploy_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// readVerbs are the only verbs that do not write.
+var readVerbs = []string{"get", "list", "watch"}
+
+// ---------------------------------------------------------------------------
+// 3. Least privilege
+
+func describeRule(r role, i int) string {
+	pr := r.rules[i]
+	s := fmt.Sprintf("%s rule %d {apiGroups: %q, resources: %q, verbs: %q", r.object, i+1, pr.APIGroups, pr.Resources, pr.Verbs)
+	if len(pr.NonResourceURLs) > 0 {
+		s += fmt.Sprintf(", nonResourceURLs: %q", pr.NonResourceURLs)
+	}
+	return s + "}"
+}
+
+// everyRule returns a check that applies bad to each rule of a role.
+func everyRule(bad func(rbacv1.PolicyRule) string) func(role) []string {
+	return func(r role) []string {
+		var out []string
+		for i, pr := range r.rules {
+			if why := bad(pr); why != "" {
+				out = append(out, fmt.Sprintf("%s %s", describeRule(r, i), why))
+			}
+		}
+		return out
+	}
+}
+
+func matching(list []string, match func(string) bool) []string {
+	var out []string
+	for _, s := range list {
+		if match(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func isWrite(verb string) bool { return !slices.Contains(readVerbs, verb) }
+
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	m := mustLoad(t)
+	all := func(t *testing.T) []role {
+		rs := m.roles()
+		if len(rs) == 0 {
+			t.Fatal("the manifests define no ClusterRole or Role")
+		}
+		return rs
+	}
+	// nodeRoles are the roles bound to the DaemonSet's ServiceAccount.
+	nodeRoles := func(t *testing.T) []role {
+		var rs []role
+		for _, w := range mustWorkloads(t, m) {
+			if w.mode != "daemon" {
+				continue
+			}
+			sa := w.template.Spec.ServiceAccountName
+			got, errs := m.rolesOf(w.namespace, sa)
+			for _, err := range errs {
+				t.Errorf("ServiceAccount %s/%s of %s: %v", w.namespace, sa, w.object, err)
+			}
+			if len(got) == 0 {
+				t.Fatalf("no role defined in the manifests is bound to ServiceAccount %s/%s of %s, so its rules cannot be checked", w.namespace, sa, w.object)
+			}
+			rs = append(rs, got...)
+		}
+		return rs
+	}
+	cases := []struct {
+		name  string
+		roles func(*testing.T) []role
+		check func(role) []string
+	}{
+		{"no rule grants any verb on secrets", all, everyRule(func(pr rbacv1.PolicyRule) string {
+			if s := matching(pr.Resources, func(r string) bool { return r == "secrets" || strings.HasPrefix(r, "secrets/") }); len(s) > 0 {
+				return fmt.Sprintf("grants %q on %q; Ferry uses no CSI secrets, so remove them", pr.Verbs, s)
+			}
+			return ""
+		})},
+		{"no rule grants every resource with the wildcard *", all, everyRule(func(pr rbacv1.PolicyRule) string {
+			if s := matching(pr.Resources, func(r string) bool { return r == "*" || strings.HasPrefix(r, "*/") }); len(s) > 0 {
+				return fmt.Sprintf("uses the resource wildcard %q (which includes secrets); list the resources", s)
+			}
+			if slices.Contains(pr.NonResourceURLs, "*") {
+				return "uses the nonResourceURLs wildcard \"*\"; list the URLs"
+			}
+			return ""
+		})},
+		{"no rule grants every verb with the wildcard *", all, everyRule(func(pr rbacv1.PolicyRule) string {
+			if slices.Contains(pr.Verbs, "*") {
+				return "uses the verb wildcard \"*\" (which includes escalate, bind, impersonate and every write); list the verbs"
+			}
+			return ""
+		})},
+		{"no rule grants every API group with the wildcard *", all, everyRule(func(pr rbacv1.PolicyRule) string {
+			if slices.Contains(pr.APIGroups, "*") {
+				return "uses the API group wildcard \"*\"; list the groups"
+			}
+			return ""
+		})},
+		{"no rule creates, updates, patches or deletes nodes or nodes/status", all, everyRule(func(pr rbacv1.PolicyRule) string {
+			nodes := matching(pr.Resources, func(r string) bool { return r == "nodes" || r == "nodes/status" })
+			writes := matching(pr.Verbs, func(v string) bool {
+				return slices.Contains([]string{"create", "update", "patch", "delete", "deletecollection"}, v)
+			})
+			if len(nodes) > 0 && len(writes) > 0 {
+				return fmt.Sprintf("grants %q on %q; nodes must stay read-only (get, list, watch)", writes, nodes)
+			}
+			return ""
+		})},
+		{"no ClusterRole aggregates rules from other roles", all, func(r role) []string {
+			if r.aggregated {
+				return []string{fmt.Sprintf("%s has an aggregationRule: its rules come from other ClusterRoles at run time and cannot be checked here; list them", r.object)}
+			}
+			return nil
+		}},
+		{"the node service account writes nothing but events", nodeRoles, everyRule(func(pr rbacv1.PolicyRule) string {
+			writes := matching(pr.Verbs, isWrite)
+			others := matching(pr.Resources, func(r string) bool { return r != "events" })
+			if len(writes) > 0 && (len(others) > 0 || len(pr.NonResourceURLs) > 0) {
+				return fmt.Sprintf("grants the write verbs %q on %q; the node plugin may only read (get, list, watch), except to create/patch events", writes, slices.Concat(others, pr.NonResourceURLs))
+			}
+			return ""
+		})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, r := range c.roles(t) {
+				for _, p := range c.check(r) {
+					t.Error(p)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package deploy_test
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ---------------------------------------------------------------------------
+// 5. The socket kubelet is told about is the one the node plugin serves
+
+func TestTheKubeletRegistrationPathIsInThePluginDirHostPath(t *testing.T) {
+	m := mustLoad(t)
+	for _, w := range mustWorkloads(t, m) {
+		if w.mode != "daemon" {
+			continue
+		}
+		reg, ok := container(w, "node-driver-registrar")
+		if !ok {
+			t.Errorf("%s has no node-driver-registrar container, so kubelet never learns of the driver", w.object)
+			continue
+		}
+		regPath, ok := flagValue(reg.Args, "kubelet-registration-path")
+		if !ok || !path.IsAbs(regPath) {
+			t.Errorf("%s container node-driver-registrar passes no absolute --kubelet-registration-path (args %q)", w.object, reg.Args)
+			continue
+		}
+		v, ok := volumeNamed(w, "plugin-dir")
+		if !ok || v.HostPath == nil {
+			t.Errorf("%s has no hostPath volume named plugin-dir", w.object)
+			continue
+		}
+		hostDir := path.Clean(v.HostPath.Path)
+		if dir := path.Dir(path.Clean(regPath)); dir != hostDir {
+			t.Errorf("%s: node-driver-registrar --kubelet-registration-path=%s names a socket in %s, but the plugin-dir volume is hostPath %s; kubelet would dial a socket nobody serves. Make them the same directory", w.object, regPath, dir, hostDir)
+		}
+		// And the socket the ferry container serves is that file.
+		c, ok := container(w, "ferry")
+		if !ok {
+			continue
+		}
+		argv, err := ferryArgv(c)
+		if err != nil {
+			continue
+		}
+		sock, err := ferryEndpoint(t, w, argv)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		vol, rel, ok := onVolume(c, sock)
+		if !ok || vol != "plugin-dir" {
+			t.Errorf("%s: container ferry serves %s, which is not on the plugin-dir volume (it is on %q)", w.object, sock, vol)
+			continue
+		}
+		if onHost := path.Join(hostDir, rel); onHost != path.Clean(regPath) {
+			t.Errorf("%s: container ferry serves %s, which is %s on the host, but node-driver-registrar --kubelet-registration-path=%s", w.object, sock, onHost, regPath)
+		}
+	}
+}
+
+// ferryEndpoint is the path of the unix socket the ferry container serves.
+func ferryEndpoint(t *testing.T, w workload, argv []string) (string, error) {
+	endpoint, ok := flagValue(argv, "csi-endpoint")
+	if !ok {
+		endpoint = ferryFlags(t, w.mode)["csi-endpoint"].def
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "unix" || !path.IsAbs(u.Path) {
+		return "", fmt.Errorf("%s container ferry: --csi-endpoint=%s is not unix:///absolute/path", w.object, endpoint)
+	}
+	return u.Path, nil
+}
+
+func TestEverySidecarDialsTheSocketTheFerryContainerServes(t *testing.T) {
+	m := mustLoad(t)
+	for _, w := range mustWorkloads(t, m) {
+		c, ok := container(w, "ferry")
+		if !ok {
+			continue // reported by TestTheFerryContainerRunsItsModeWithOnlyFlagsTheBinaryAccepts
+		}
+		argv, err := ferryArgv(c)
+		if err != nil {
+			continue
+		}
+		sock, err := ferryEndpoint(t, w, argv)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		vol, rel, ok := onVolume(c, sock)
+		if !ok {
+			t.Errorf("%s: container ferry serves %s on no volume, so no sidecar can reach it", w.object, sock)
+			continue
+		}
+		sidecars := 0
+		for _, s := range w.template.Spec.Containers {
+			addr, ok := flagValue(s.Args, "csi-address")
+			if s.Name == "ferry" || !ok {
+				continue
+			}
+			sidecars++
+			addr = strings.TrimPrefix(addr, "unix://")
+			svol, srel, ok := onVolume(s, addr)
+			if !ok || svol != vol || srel != rel {
+				t.Errorf("%s: container %s dials --csi-address=%s (volume %q, path %q), but container ferry serves %s (volume %q, path %q)", w.object, s.Name, addr, svol, srel, sock, vol, rel)
+			}
+		}
+		if sidecars == 0 {
+			t.Errorf("%s: no sidecar container passes --csi-address", w.object)
+		}
+	}
+}
+
+func volumeNamed(w workload, name string) (corev1.Volume, bool) {
+	for _, v := range w.template.Spec.Volumes {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return corev1.Volume{}, false
+}
+
+// onVolume resolves an absolute path inside container c to the volume mounted
+// over it and the path relative to that volume's root.
+func onVolume(c corev1.Container, p string) (vol, rel string, ok bool) {
+	p = path.Clean(p)
+	best := -1
+	for _, vm := range c.VolumeMounts {
+		mp := path.Clean(vm.MountPath)
+		if p != mp && !strings.HasPrefix(p, strings.TrimSuffix(mp, "/")+"/") {
+			continue
+		}
+		if len(mp) > best {
+			best = len(mp)
+			vol = vm.Name
+			rel = path.Join(vm.SubPath, strings.TrimPrefix(strings.TrimPrefix(p, mp), "/"))
+		}
+	}
+	return vol, rel, best >= 0
+}
