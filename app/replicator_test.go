@@ -337,3 +337,24 @@ func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 		t.Fatalf("no DiscardBlocked event; events %v", c.events.reasons())
 	}
 }
+
+func TestSnapshotNowMakesThePrimarySnapshotWithoutWaitingForItsInterval(t *testing.T) {
+	c := newCluster(t, 1, "a")
+	c.write("a", "final write before unpublish")
+	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+		c.stores["a"], c.state, c.net, c.events, zap.NewNop())
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(50 * time.Millisecond) // ten ticks: far from an hour
+	if n := c.newestStored("a"); n != 0 {
+		t.Fatalf("the primary snapshotted (%d) before its interval or a request", n)
+	}
+	r.SnapshotNow()
+	c.eventually("the requested snapshot is taken and reported", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		a, _ := st.Replica("a")
+		return c.newestStored("a") == 1 && a.Snapshot == 1
+	})
+}

@@ -106,7 +106,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
-	fs.StringVar(&o.StatusListen, "status-listen", "", "address of an HTTP endpoint serving the replica's status as JSON at /status; empty: none")
+	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
 	return o
 }
 

@@ -122,17 +122,29 @@ func runReplicator(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 	})
 }
 
-// statusServer serves GET /status (the replica's Status as JSON).
-func statusServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
-	if o.StatusListen == "" {
-		return
-	}
+// statusHandler serves the replica's status (GET /status, JSON) and takes
+// snapshot requests (POST /snapshot: the primary snapshots at its next
+// decision; unpublish asks for one so the next primary starts from it).
+// It is meant for the node's own processes: bind it to localhost.
+func statusHandler(r *app.Replicator) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(r.Status())
 	})
-	srv := &http.Server{Addr: o.StatusListen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.HandleFunc("POST /snapshot", func(w http.ResponseWriter, _ *http.Request) {
+		r.SnapshotNow()
+		w.WriteHeader(http.StatusAccepted)
+	})
+	return mux
+}
+
+// statusServer serves statusHandler on --status-listen.
+func statusServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+	if o.StatusListen == "" {
+		return
+	}
+	srv := &http.Server{Addr: o.StatusListen, Handler: statusHandler(r), ReadHeaderTimeout: 5 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			l, err := net.Listen("tcp", o.StatusListen)
