@@ -130,7 +130,11 @@ func daemonApp(o *Options) fx.Option {
 			},
 			csiServer,
 		),
-		fx.Invoke(func(*csi.Server) {}),
+		fx.Invoke(
+			func(*csi.Server) {},
+			// One peer service per node can serve every volume of the pool.
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
+		),
 	)
 }
 

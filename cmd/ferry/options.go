@@ -73,6 +73,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	o := commonFlags(fs)
 	nodeFlags(fs, o)
 	storeFlags(fs, o)
+	peerFlags(fs, o)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock", "CSI node service socket")
 	return o
 }
