@@ -45,6 +45,9 @@ type Replicator struct {
 	m         *replica.Machine
 
 	snapshotNow atomic.Bool // set by SnapshotNow, consumed by Run's goroutine
+	// observedLocal is the local snapshots observe just read; every action
+	// runs right after an observe, on the same goroutine.
+	observedLocal []replica.Snap
 
 	mu       sync.Mutex
 	status   Status
@@ -177,6 +180,7 @@ func (r *Replicator) observe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.observedLocal = local
 	_ = r.m.Step(replica.Observed{State: st})
 	_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	r.mu.Lock()

@@ -307,7 +307,8 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
 
 // restampEpochs records, on local snapshots whose epoch is unknown (a
 // receive whose bookkeeping was interrupted), the epoch the peer lists for
-// the same GUID.
+// the same GUID. It uses the snapshots observed just before this action
+// rather than listing them again on every peer read.
 func (r *Replicator) restampEpochs(ctx context.Context, peer []replica.Snap) error {
 	byGUID := make(map[uint64]replica.Epoch, len(peer))
 	for _, s := range peer {
@@ -315,11 +316,7 @@ func (r *Replicator) restampEpochs(ctx context.Context, peer []replica.Snap) err
 			byGUID[s.GUID] = s.Epoch
 		}
 	}
-	local, _, err := r.local(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range local {
+	for _, s := range r.observedLocal {
 		if e, ok := byGUID[s.GUID]; ok && s.Epoch == 0 {
 			name := replica.SnapshotName(s.Number)
 			if err := r.store.SetSnapshotMetadata(ctx, r.cfg.Volume, name, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(e), 10)}); err != nil {

@@ -23,7 +23,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, id volume.ID, name string, m
 	if _, err := s.run.zfs(ctx, args...); err != nil {
 		return ports.SnapshotInfo{}, fmt.Errorf("snapshot %s@%s: %w", id, name, err)
 	}
-	rows, err := s.get(ctx, false, s.snapshot(id, name))
+	rows, err := s.get(ctx, s.snapshot(id, name))
 	if err != nil {
 		return ports.SnapshotInfo{}, err
 	}
@@ -35,7 +35,7 @@ func (s *Store) SetSnapshotMetadata(ctx context.Context, id volume.ID, name stri
 	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}
-	if _, err := s.get(ctx, false, s.snapshot(id, name)); err != nil {
+	if _, err := s.get(ctx, s.snapshot(id, name)); err != nil {
 		return fmt.Errorf("snapshot %s@%s: %w", id, name, err)
 	}
 	return s.setMeta(s.snapshot(id, name), metadata)

@@ -95,22 +95,15 @@ func (s *Store) snapshot(id volume.ID, name string) string { return s.dataset(id
 
 // get runs one `zfs get` of propList on targets (zfs-fuse's `get` has no
 // -t filter: callers pick rows by type).
-func (s *Store) get(ctx context.Context, recursive bool, targets ...string) ([]*propRow, error) {
-	depth := 0
-	if recursive {
-		depth = -1
-	}
-	return s.getDepth(ctx, depth, targets...)
+func (s *Store) get(ctx context.Context, targets ...string) ([]*propRow, error) {
+	return s.getDepth(ctx, 0, targets...)
 }
 
-// getDepth is get limited to depth levels below the targets (-1: all). A
-// dataset's snapshots are one level below it.
+// getDepth is get including depth levels below the targets. A dataset's
+// snapshots are one level below it.
 func (s *Store) getDepth(ctx context.Context, depth int, targets ...string) ([]*propRow, error) {
 	args := []string{"get", "-H", "-p", "-o", "name,property,value,source"}
-	switch {
-	case depth < 0:
-		args = append(args, "-r")
-	case depth > 0:
+	if depth > 0 {
 		args = append(args, "-d", strconv.Itoa(depth))
 	}
 	args = append(args, propList)
@@ -161,14 +154,13 @@ func (s *Store) snapshotInfo(id volume.ID, row *propRow) ports.SnapshotInfo {
 
 // Capacity reports the space left under the parent dataset and the pool size.
 func (s *Store) Capacity(ctx context.Context) (ports.PoolCapacity, error) {
-	rows, err := s.get(ctx, false, s.root, s.cfg.Pool)
+	rows, err := s.get(ctx, s.root, s.cfg.Pool)
 	if err != nil {
 		return ports.PoolCapacity{}, err
 	}
 	var c ports.PoolCapacity
 	for _, r := range rows {
-		switch r.name {
-		case s.root:
+		if r.name == s.root {
 			c.AvailableBytes = r.int64("available")
 		}
 		if r.name == s.cfg.Pool {

@@ -24,7 +24,7 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	if req.From != "" {
 		targets = append(targets, s.snapshot(req.Volume, req.From))
 	}
-	rows, err := s.get(ctx, false, targets...)
+	rows, err := s.get(ctx, targets...)
 	if err != nil {
 		return nil, fmt.Errorf("send %s: %w", req.Volume, err)
 	}
@@ -141,7 +141,7 @@ func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io
 // destroyIfExists destroys a dataset of Ferry's own making (staging) and
 // its snapshots; a missing one is fine.
 func (s *Store) destroyIfExists(ctx context.Context, dataset string) error {
-	if _, err := s.get(ctx, false, dataset); errors.Is(err, ports.ErrNotFound) {
+	if _, err := s.get(ctx, dataset); errors.Is(err, ports.ErrNotFound) {
 		return nil
 	}
 	return retryBusy(ctx, func() error {

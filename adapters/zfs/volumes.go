@@ -56,7 +56,7 @@ func withDriver(meta map[string]string, driver string) map[string]string {
 // GetVolume describes a volume Ferry owns. A dataset of that name without
 // Ferry's mark answers ErrNotOwned.
 func (s *Store) GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error) {
-	rows, err := s.get(ctx, false, s.dataset(id))
+	rows, err := s.get(ctx, s.dataset(id))
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("volume %s: %w", id, err)
 	}
