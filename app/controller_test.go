@@ -146,11 +146,11 @@ func TestACopyThatFailsHalfwayIsDestroyed(t *testing.T) {
 
 func TestDeleteVolumeKeepsAVolumeWithCSISnapshotsButNotForReplicationSnapshots(t *testing.T) {
 	c, store := newController(t)
-	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-3"}, {Volume: "v", Name: "csi-keep"}}, nil)
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}, {Volume: "v", Name: "csi-keep"}}, nil)
 	if err := c.DeleteVolume(ctx, "v"); !errors.Is(err, app.ErrPrecondition) {
 		t.Fatalf("err = %v, want ErrPrecondition", err)
 	}
-	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-3"}}, nil)
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}}, nil)
 	store.EXPECT().DestroyVolume(gomock.Any(), volume.ID("v")).Return(nil)
 	if err := c.DeleteVolume(ctx, "v"); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +44,7 @@ type Replicator struct {
 	m         *replica.Machine
 
 	snapshotNow atomic.Bool // set by SnapshotNow, consumed by Run's goroutine
-	// observedLocal is the local snapshots observe just read; every action
-	// runs right after an observe, on the same goroutine.
-	observedLocal []replica.Snap
+	release     atomic.Bool // set by Release, consumed by Run's goroutine
 
 	mu       sync.Mutex
 	status   Status
@@ -81,6 +78,8 @@ type Status struct {
 	Transfer *TransferStatus
 	// LastError is the last action's failure, cleared by a success.
 	LastError string
+	// Released: a Release finished (final snapshot recorded, not active).
+	Released bool
 }
 
 // NewReplicator returns the volume manager of cfg.Volume's replica on
@@ -125,6 +124,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 		if r.snapshotNow.Swap(false) {
 			_ = r.m.Step(replica.SnapshotNow{})
 		}
+		if r.release.Swap(false) {
+			_ = r.m.Step(replica.Release{})
+		}
 	}
 }
 
@@ -132,6 +134,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 // safe to call from any goroutine: the machine is only ever stepped by
 // Run's.
 func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true) }
+
+// Release asks the active primary to end its term (unpublish): a final
+// snapshot, then a demotion carrying it in one compare-and-swap. Status
+// reports Released once done. Safe from any goroutine.
+func (r *Replicator) Release() { r.release.Store(true) }
 
 // settle observes and acts until the machine has nothing more to do now.
 func (r *Replicator) settle(ctx context.Context) {
@@ -180,13 +187,13 @@ func (r *Replicator) observe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.observedLocal = local
 	_ = r.m.Step(replica.Observed{State: st})
 	_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	r.mu.Lock()
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
 	r.status.Primary = st.Primary == r.cfg.Node && self.Active
+	r.status.Released = r.m.Released()
 	r.mu.Unlock()
 	return nil
 }
@@ -204,16 +211,16 @@ func (r *Replicator) local(ctx context.Context) ([]replica.Snap, bool, error) {
 	return toSnaps(list), true, nil
 }
 
-// toSnaps keeps the replication snapshots of a listing.
+// toSnaps keeps the replication snapshots of a listing; each carries its
+// number and epoch in its name.
 func toSnaps(list []ports.SnapshotInfo) []replica.Snap {
 	var out []replica.Snap
 	for _, s := range list {
-		n, ok := replica.ParseSnapshotName(s.Name)
+		n, e, ok := replica.ParseSnapshotName(s.Name)
 		if !ok {
 			continue
 		}
-		e, _ := strconv.ParseUint(s.Metadata[ports.MetaEpoch], 10, 64)
-		out = append(out, replica.Snap{Number: n, GUID: s.GUID, Epoch: replica.Epoch(e)})
+		out = append(out, replica.Snap{Number: n, GUID: s.GUID, Epoch: e})
 	}
 	return out
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"io"
 
 	"go.uber.org/zap"
 
@@ -16,7 +16,7 @@ import (
 func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 	switch a := a.(type) {
 	case replica.ReportSnapshot:
-		_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
+		err := r.update(ctx, func(s *replica.State) error {
 			replica.Join(s, r.cfg.Node)
 			return replica.Report(s, r.cfg.Node, a.Snap, a.Ready)
 		})
@@ -36,44 +36,43 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		r.mu.Lock()
 		r.peerSizes = sizes
 		r.mu.Unlock()
-		peerSnaps := toSnaps(list)
-		if err := r.restampEpochs(ctx, peerSnaps); err != nil {
-			return err
-		}
-		return r.m.Step(replica.PeerRead{Peer: a.Peer, Snaps: peerSnaps})
+		return r.m.Step(replica.PeerRead{Peer: a.Peer, Snaps: toSnaps(list)})
 	case replica.Fetch:
 		return r.fetch(ctx, a)
+	case replica.Replace:
+		return r.replace(ctx, a)
 	case replica.Rollback:
-		if err := r.guardDiscard(ctx, replica.SnapshotName(a.To.Number)); err != nil {
+		to := replica.SnapshotName(a.To)
+		if err := r.guardDiscard(ctx, to); err != nil {
 			return err
 		}
-		r.log.Warn("replica diverged: rolling back", zap.Uint64("snapshot", uint64(a.To.Number)),
+		// What remains is recorded first: nobody may count the copy about
+		// to go.
+		if err := r.update(ctx, func(s *replica.State) error { return replica.Report(s, r.cfg.Node, a.To, false) }); err != nil {
+			return fmt.Errorf("recording the rollback to %s: %w", to, err)
+		}
+		r.log.Warn("replica diverged: rolling back", zap.String("snapshot", to),
 			zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "RolledBack",
-			Message: fmt.Sprintf("replica on %s rolled back to %s, discarding %v: %s", r.cfg.Node, replica.SnapshotName(a.To.Number), snapNames(a.Discard), a.Reason)})
-		return r.store.Rollback(ctx, r.cfg.Volume, replica.SnapshotName(a.To.Number))
-	case replica.Replace:
-		if err := r.guardDiscard(ctx, ""); err != nil {
-			return err
-		}
-		r.log.Warn("replica shares no snapshot with the newest: replacing it", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
-		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Replaced",
-			Message: fmt.Sprintf("replica on %s discarded %v: %s", r.cfg.Node, snapNames(a.Discard), a.Reason)})
-		if err := r.store.DestroyVolume(ctx, r.cfg.Volume); err != nil && !errors.Is(err, ports.ErrNotFound) {
-			return err
-		}
-		return nil
+			Message: fmt.Sprintf("replica on %s rolled back to %s, discarding %v: %s", r.cfg.Node, to, discarded(a.Discard), a.Reason)})
+		return r.store.Rollback(ctx, r.cfg.Volume, to)
 	case replica.TakeSnapshot:
-		name := replica.SnapshotName(a.Number)
-		info, err := r.store.CreateSnapshot(ctx, r.cfg.Volume, name, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(a.Epoch), 10)})
+		name := replica.SnapshotName(replica.Snap{Number: a.Number, Epoch: a.Epoch})
+		info, err := r.store.CreateSnapshot(ctx, r.cfg.Volume, name, nil)
 		if err != nil {
 			return err
 		}
 		r.log.Info("snapshot taken", zap.String("snapshot", name), zap.Uint64("epoch", uint64(a.Epoch)), zap.Int64("bytes", info.SizeBytes))
 		return nil
+	case replica.StepDown:
+		err := r.update(ctx, func(s *replica.State) error { return replica.Demote(s, r.cfg.Node, a.Epoch, a.Final) })
+		if err == nil {
+			r.log.Info("primary stepped down", zap.String("final", replica.SnapshotName(a.Final)), zap.Uint64("epoch", uint64(a.Epoch)))
+		}
+		return err
 	case replica.DestroySnapshots:
 		for _, s := range a.Snaps {
-			err := r.store.DestroySnapshot(ctx, r.cfg.Volume, replica.SnapshotName(s.Number))
+			err := r.store.DestroySnapshot(ctx, r.cfg.Volume, replica.SnapshotName(s))
 			if err != nil && !errors.Is(err, ports.ErrNotFound) {
 				return err
 			}
@@ -90,20 +89,44 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 	return fmt.Errorf("unknown action %T", a)
 }
 
+// update runs a domain rule on the volume's shared state by
+// compare-and-swap.
+func (r *Replicator) update(ctx context.Context, fn func(*replica.State) error) error {
+	_, err := r.cluster.Update(ctx, r.cfg.Volume, fn)
+	return err
+}
+
 func snapNames(s []replica.Snap) []string {
 	out := make([]string, 0, len(s))
 	for _, x := range s {
-		out = append(out, fmt.Sprintf("%s(epoch %d)", replica.SnapshotName(x.Number), x.Epoch))
+		out = append(out, replica.SnapshotName(x))
 	}
 	return out
+}
+
+// discarded names what a rollback throws away, for its event.
+func discarded(s []replica.Snap) string {
+	if len(s) == 0 {
+		return "changes never snapshotted"
+	}
+	return fmt.Sprint(snapNames(s))
+}
+
+// openFetch records the transfer's target by compare-and-swap (from then
+// on no replica's retention destroys it) and opens the peer's stream.
+func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports.SendRequest, target replica.Snap) (io.ReadCloser, error) {
+	if err := r.update(ctx, func(s *replica.State) error { return replica.RecordFetch(s, r.cfg.Node, target) }); err != nil {
+		return nil, fmt.Errorf("recording the fetch of %s: %w", req.To, err)
+	}
+	return r.transport.Fetch(ctx, peer, req)
 }
 
 // fetch receives a snapshot from a peer and checks that what arrived is the
 // snapshot asked for (by GUID).
 func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
-	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target.Number)}
+	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
 	if a.Base != nil {
-		req.From = replica.SnapshotName(a.Base.Number)
+		req.From = replica.SnapshotName(*a.Base)
 	}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("base", req.From))
 	// An interrupted receive that the store kept (OpenZFS) resumes where it
@@ -116,7 +139,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	if token != "" {
 		log.Info("resuming an interrupted transfer")
 	}
-	stream, err := r.transport.Fetch(ctx, a.Peer, req)
+	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
 	if err != nil {
 		if token != "" && (errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)) {
 			// The peer cannot resume it (the snapshot is gone, the token is
@@ -129,32 +152,18 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		return err
 	}
 	defer stream.Close()
-	var total int64
-	if a.Base == nil { // a full stream is about as long as the snapshot
-		r.mu.Lock()
-		total = r.peerSizes[a.Target.GUID]
-		r.mu.Unlock()
-	}
-	p := newProgress(string(a.Peer), req.To, total)
-	r.setTransfer(p)
+	p := r.startProgress(a.Peer, req.To, a.Base == nil, a.Target.GUID)
 	defer r.setTransfer(nil)
 	log.Info("fetching snapshot")
 	stop := p.logEvery(ctx, log, progressLogInterval)
 	err = r.store.Receive(ctx, r.cfg.Volume, p.reader(stream))
 	stop()
 	if err != nil {
+		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		if errors.Is(err, ports.ErrConflict) && a.Base != nil {
-			// A secondary changed after its newest snapshot (it is never
-			// mounted for writing; an atime update is enough): those changes
-			// are not the volume's, so the replica returns to the snapshot,
-			// unless that would destroy a snapshot that is not Ferry's.
-			log.Warn("replica changed since its newest snapshot: rolling back to it before retrying", zap.Error(err))
-			if gerr := r.guardDiscard(ctx, req.From); gerr != nil {
-				return errors.Join(err, gerr)
-			}
-			if rerr := r.store.Rollback(ctx, r.cfg.Volume, req.From); rerr != nil {
-				return errors.Join(err, rerr)
-			}
+			// The replica changed after its newest snapshot: the machine
+			// decides whether those changes are snapshotted or discarded.
+			return fmt.Errorf("%w: %w", replica.ErrModified, err)
 		}
 		if errors.Is(err, ports.ErrBaseMismatch) && a.Base != nil {
 			// The base is not the newest snapshot here: either the plan is
@@ -164,32 +173,90 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 				return errors.Join(err, gerr)
 			}
 		}
-		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		return err
 	}
 	if token != "" {
 		// A resumed stream completes the transfer that was interrupted,
 		// which may be of an older target than a.Target: the machine plans
-		// again from what the store now holds; the epoch is stamped from
-		// the peer's listing by GUID.
+		// again from what the store now holds.
 		log.Info("resumed transfer completed", zap.Int64("bytes", p.Bytes()))
 		return nil
 	}
+	if err := r.landed(ctx, a.Target); err != nil {
+		return err
+	}
+	log.Info("snapshot received", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6), zap.Duration("took", p.Elapsed()))
+	return nil
+}
+
+// replace receives a full stream of the target into staging while the old
+// copy stays; once it is complete, it records that this replica holds
+// nothing (so the old copy is no longer counted) and only then swaps.
+func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
+	if err := r.guardDiscard(ctx, ""); err != nil {
+		return err
+	}
+	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
+	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To))
+	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	p := r.startProgress(a.Peer, req.To, true, a.Target.GUID)
+	defer r.setTransfer(nil)
+	log.Info("fetching a full copy to replace the local one", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
+	stop := p.logEvery(ctx, log, progressLogInterval)
+	err = r.store.ReceiveReplacement(ctx, r.cfg.Volume, p.reader(stream), func(ctx context.Context) error {
+		if err := r.guardDiscard(ctx, ""); err != nil {
+			return err
+		}
+		if err := r.update(ctx, func(s *replica.State) error { return replica.Report(s, r.cfg.Node, replica.Snap{}, false) }); err != nil {
+			return fmt.Errorf("recording the replacement: %w", err)
+		}
+		log.Warn("replica shares no snapshot with the newest: replacing it", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
+		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Replaced",
+			Message: fmt.Sprintf("replica on %s replaced its copy %v with %s from %s: %s", r.cfg.Node, snapNames(a.Discard), req.To, a.Peer, a.Reason)})
+		return nil
+	})
+	stop()
+	if err != nil {
+		log.Warn("replacement failed; the old copy is kept", zap.Int64("bytes", p.Bytes()), zap.Error(err))
+		return err
+	}
+	if err := r.landed(ctx, a.Target); err != nil {
+		return err
+	}
+	log.Info("copy replaced", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6), zap.Duration("took", p.Elapsed()))
+	return nil
+}
+
+// startProgress tracks a transfer for the status endpoint and the log; a
+// full stream is about as long as the snapshot the peer listed.
+func (r *Replicator) startProgress(peer replica.Node, name string, full bool, guid uint64) *Progress {
+	var total int64
+	if full {
+		r.mu.Lock()
+		total = r.peerSizes[guid]
+		r.mu.Unlock()
+	}
+	p := newProgress(string(peer), name, total)
+	r.setTransfer(p)
+	return p
+}
+
+// landed checks that the snapshot received is the one asked for, by GUID.
+func (r *Replicator) landed(ctx context.Context, target replica.Snap) error {
 	local, _, err := r.local(ctx)
 	if err != nil {
 		return err
 	}
 	for _, s := range local {
-		if s.Number == a.Target.Number && s.GUID == a.Target.GUID {
-			// The stream carries no metadata: record the epoch the peer listed.
-			if err := r.store.SetSnapshotMetadata(ctx, r.cfg.Volume, req.To, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(a.Target.Epoch), 10)}); err != nil {
-				return err
-			}
-			log.Info("snapshot received", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6), zap.Duration("took", p.Elapsed()))
+		if s == target {
 			return nil
 		}
 	}
-	return fmt.Errorf("received %s, but no snapshot with GUID %d is there", req.To, a.Target.GUID)
+	return fmt.Errorf("received %s, but no snapshot with GUID %d is there", replica.SnapshotName(target), target.GUID)
 }
 
 func (r *Replicator) setTransfer(p *Progress) {
@@ -287,7 +354,7 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
 	}
 	var foreign []string
 	for _, s := range list {
-		if _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) {
+		if _, _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) {
 			foreign = append(foreign, s.Name)
 		}
 	}
@@ -303,27 +370,4 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "DiscardBlocked", Message: msg})
 	}
 	return fmt.Errorf("%s: %w", msg, replica.ErrUnsafe)
-}
-
-// restampEpochs records, on local snapshots whose epoch is unknown (a
-// receive whose bookkeeping was interrupted), the epoch the peer lists for
-// the same GUID. It uses the snapshots observed just before this action
-// rather than listing them again on every peer read.
-func (r *Replicator) restampEpochs(ctx context.Context, peer []replica.Snap) error {
-	byGUID := make(map[uint64]replica.Epoch, len(peer))
-	for _, s := range peer {
-		if s.Epoch > 0 {
-			byGUID[s.GUID] = s.Epoch
-		}
-	}
-	for _, s := range r.observedLocal {
-		if e, ok := byGUID[s.GUID]; ok && s.Epoch == 0 {
-			name := replica.SnapshotName(s.Number)
-			if err := r.store.SetSnapshotMetadata(ctx, r.cfg.Volume, name, map[string]string{ports.MetaEpoch: strconv.FormatUint(uint64(e), 10)}); err != nil {
-				return err
-			}
-			r.log.Info("epoch recorded on a received snapshot", zap.String("snapshot", name), zap.Uint64("epoch", uint64(e)))
-		}
-	}
-	return nil
 }

@@ -126,7 +126,7 @@ func (c *cluster) newestStored(n replica.Node) replica.SnapshotNumber {
 	list, _ := c.stores[n].ListSnapshots(ctx, volID)
 	var newest replica.SnapshotNumber
 	for _, s := range list {
-		if num, ok := replica.ParseSnapshotName(s.Name); ok && num > newest {
+		if num, _, ok := replica.ParseSnapshotName(s.Name); ok && num > newest {
 			newest = num
 		}
 	}
@@ -231,7 +231,10 @@ func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeOnlyOneDeletes(t *testin
 	c.stop("b")
 	c.stop("c")
 	// Demote a, as an unpublish would, so that no active primary is involved.
-	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Demote(s, "a", s.Epoch) }); err != nil {
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error {
+		a, _ := s.Replica("a")
+		return replica.Demote(s, "a", s.Epoch, a.Holds())
+	}); err != nil {
 		t.Fatal(err)
 	}
 	results := make(chan error, 2)
@@ -282,17 +285,17 @@ func TestAReplicaWithNoDataReportsSnapshotZeroAndWaitsForItsPeer(t *testing.T) {
 	c.eventually("b holds v1 once the peer is reachable", func() bool { return c.holds("b", "v1") })
 }
 
-// Former primary a holds a CSI snapshot taken after ferry-1; b is primary
-// of epoch 2 with ferry-2. a's incremental 1..2 cannot apply (a's newest
-// snapshot is the CSI one): a rollback to ferry-1 would destroy it, so a
+// Former primary a holds a CSI snapshot taken after ferry-1-1; b is primary
+// of epoch 2 with ferry-2-2. a's incremental 1..2 cannot apply (a's newest
+// snapshot is the CSI one): a rollback to ferry-1-1 would destroy it, so a
 // keeps its copy and raises DiscardBlocked instead.
 func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 	c := newCluster(t, 1, "a", "b")
 	a, b := c.stores["a"], c.stores["b"]
-	if _, err := a.CreateSnapshot(ctx, volID, "ferry-1", map[string]string{ports.MetaEpoch: "1"}); err != nil {
+	if _, err := a.CreateSnapshot(ctx, volID, "ferry-1-1", nil); err != nil {
 		t.Fatal(err)
 	}
-	s, err := a.Send(ctx, ports.SendRequest{Volume: volID, To: "ferry-1"})
+	s, err := a.Send(ctx, ports.SendRequest{Volume: volID, To: "ferry-1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,11 +303,10 @@ func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	_ = b.SetSnapshotMetadata(ctx, volID, "ferry-1", map[string]string{ports.MetaEpoch: "1"})
 	if _, err := a.CreateSnapshot(ctx, volID, "csi-backup", nil); err != nil {
 		t.Fatal(err)
 	}
-	b2, err := b.CreateSnapshot(ctx, volID, "ferry-2", map[string]string{ports.MetaEpoch: "2"})
+	b2, err := b.CreateSnapshot(ctx, volID, "ferry-2-2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

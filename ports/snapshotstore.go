@@ -45,8 +45,8 @@ type SnapshotStore interface {
 	// snapshot of that name exists on the volume.
 	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (SnapshotInfo, error)
 	// SetSnapshotMetadata merges Ferry metadata keys into a snapshot's.
-	// Streams do not carry metadata: a receiver records what it knows (the
-	// epoch the sender listed) after a receive.
+	// Streams do not carry metadata, so replication puts what a receiver
+	// must know (the epoch) in the snapshot's name instead.
 	SetSnapshotMetadata(ctx context.Context, id volume.ID, name string, metadata map[string]string) error
 	// ListSnapshots lists a volume's snapshots, oldest first, or those of
 	// every volume when id is empty (sorted by volume, then age).
@@ -77,6 +77,16 @@ type SnapshotStore interface {
 	// back on its own. On failure nothing partial is left behind, except a
 	// resumable state where the store supports it (none yet).
 	Receive(ctx context.Context, id volume.ID, stream io.Reader) error
+	// ReceiveReplacement receives a full stream made by Send into staging
+	// while the volume's current copy stays in place and untouched. Only
+	// once the stream is complete does it call commit (which records, by
+	// compare-and-swap, that the old copy is no longer counted); if commit
+	// succeeds it destroys the old copy, keeping its Ferry metadata on the
+	// new one, and moves the new copy in place. If the stream fails or
+	// commit returns an error, the received data is discarded and the old
+	// copy is kept as it was. A volume that does not exist is received as
+	// Receive would (commit is still called first).
+	ReceiveReplacement(ctx context.Context, id volume.ID, stream io.Reader, commit func(context.Context) error) error
 }
 
 // CreateOptions describe a new volume.
@@ -102,14 +112,13 @@ const (
 
 	// On snapshots:
 	MetaSnapshotName = "snapshot-name" // the CSI name of a CreateSnapshot request
-	MetaEpoch        = "epoch"         // the primary's epoch a replication snapshot was taken in
 )
 
 // MetadataKeys lists every metadata key a store must keep. Stores may drop
 // keys outside this list (the ZFS adapter asks for these by name).
 var MetadataKeys = []string{
 	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
-	MetaSnapshotName, MetaEpoch,
+	MetaSnapshotName,
 }
 
 // VolumeInfo describes a volume in the store.

@@ -17,8 +17,8 @@ func TestFakeClusterHonoursTheClusterStateContract(t *testing.T) {
 
 func twoReplicas(s *fakecluster.Store, t *testing.T) {
 	t.Helper()
-	_, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Replicas: []replica.Replica{
-		{Node: "a", Snapshot: 1}, {Node: "b", Snapshot: 1},
+	_, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 1, SnapshotEpoch: 1}, {Node: "b", Snapshot: 1, SnapshotEpoch: 1},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestUpdateGivesUpWithErrConflictWhenEveryAttemptLoses(t *testing.T) {
 		t.Fatalf("fn ran %d times, want the bound of 16", runs)
 	}
 	s.BeforeWrite(nil)
-	if got, _ := s.Get(t.Context(), "vol-a"); got.Replicas[0].Snapshot != 1 || got.Epoch != 16 {
+	if got, _ := s.Get(t.Context(), "vol-a"); got.Replicas[0].Snapshot != 1 || got.Epoch != 17 {
 		t.Fatalf("state %+v: want only the interloper's 16 writes", got)
 	}
 }

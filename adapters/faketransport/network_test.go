@@ -26,12 +26,12 @@ func TestTwoStoresExchangeAFullStreamThroughTheNetwork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src.MountPath, "data"), []byte("replicated"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := a.CreateSnapshot(ctx, "vol-1", "ferry-1", nil)
+	snap, err := a.CreateSnapshot(ctx, "vol-1", "ferry-1-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	stream, err := net.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1"})
+	stream, err := net.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestTwoStoresExchangeAFullStreamThroughTheNetwork(t *testing.T) {
 		t.Fatalf("received snapshots %+v, want ferry-1 with GUID %d", list, snap.GUID)
 	}
 
-	_, err = net.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-9"})
+	_, err = net.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1-9"})
 	if !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("fetch of a missing snapshot: got %v, want the peer's ErrNotFound", err)
 	}
@@ -63,12 +63,12 @@ func TestACutNodeIsUnreachableUntilHealed(t *testing.T) {
 	if _, err := a.CreateVolume(ctx, "vol-1", ports.CreateOptions{CapacityBytes: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreateSnapshot(ctx, "vol-1", "ferry-1", nil); err != nil {
+	if _, err := a.CreateSnapshot(ctx, "vol-1", "ferry-1-1", nil); err != nil {
 		t.Fatal(err)
 	}
 	net := faketransport.New()
 	net.Add("node-a", a)
-	req := ports.SendRequest{Volume: "vol-1", To: "ferry-1"}
+	req := ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"}
 
 	net.Cut("node-a")
 	if _, err := net.Fetch(ctx, "node-a", req); !errors.Is(err, faketransport.ErrUnreachable) {

@@ -37,8 +37,8 @@ func newStore(t *testing.T, dir string) *filecluster.Store {
 
 func twoReplicas(t *testing.T, s *filecluster.Store) replica.State {
 	t.Helper()
-	st, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Replicas: []replica.Replica{
-		{Node: "a", Snapshot: 1}, {Node: "b", Snapshot: 1},
+	st, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 1, SnapshotEpoch: 1}, {Node: "b", Snapshot: 1, SnapshotEpoch: 1},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,8 +162,8 @@ func TestAWriteBetweenReadAndCompareMakesUpdateRunFnAgain(t *testing.T) {
 	if runs != 2 {
 		t.Fatalf("fn ran %d times, want 2: once on the stale state, once on the fresh one", runs)
 	}
-	if got.Replicas[0].Snapshot != 9 || got.Epoch != 1 {
-		t.Fatalf("final state %+v, want a at 9 and epoch 1: both writes kept", got)
+	if got.Replicas[0].Snapshot != 9 || got.Epoch != 2 {
+		t.Fatalf("final state %+v, want a at 9 and epoch 2: both writes kept", got)
 	}
 }
 
@@ -182,7 +182,7 @@ func TestUpdateGivesUpWithErrConflictWhenEveryAttemptLoses(t *testing.T) {
 	if runs != 16 {
 		t.Fatalf("fn ran %d times, want the bound of 16", runs)
 	}
-	if got, _ := s.Get(t.Context(), "vol-a"); got.Replicas[0].Snapshot != 1 || got.Epoch != 16 {
+	if got, _ := s.Get(t.Context(), "vol-a"); got.Replicas[0].Snapshot != 1 || got.Epoch != 17 {
 		t.Fatalf("state %+v: want only the interloper's 16 writes", got)
 	}
 }
@@ -236,6 +236,7 @@ func increment(ctx context.Context, s *filecluster.Store) (reruns int, err error
 			for i := range st.Replicas {
 				if st.Replicas[i].Node == "a" {
 					st.Replicas[i].Snapshot++
+					st.Replicas[i].SnapshotEpoch = 1
 					return nil
 				}
 			}
@@ -300,7 +301,7 @@ func TestUpdatesFromSeveralProcessesLoseNothing(t *testing.T) {
 	const helpers, each = 2, 50
 	dir, barrier := t.TempDir(), t.TempDir()
 	s := newStore(t, dir)
-	if _, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Replicas: []replica.Replica{{Node: "a"}}}); err != nil {
+	if _, err := s.Create(t.Context(), replica.State{Volume: "vol-a", ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{{Node: "a"}}}); err != nil {
 		t.Fatal(err)
 	}
 

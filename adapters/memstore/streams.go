@@ -106,3 +106,41 @@ func (s *Store) ResumeToken(ctx context.Context, id volume.ID) (string, error) {
 
 // DiscardPartial has nothing to discard.
 func (s *Store) DiscardPartial(ctx context.Context, id volume.ID) error { return nil }
+
+// ReceiveReplacement decodes a whole full stream before anything changes,
+// then commits, then swaps the volume's files and snapshots for the
+// stream's, keeping the old volume's metadata and properties.
+func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, r io.Reader, commit func(context.Context) error) error {
+	var st stream
+	if err := gob.NewDecoder(r).Decode(&st); err != nil {
+		return fmt.Errorf("receive %s: malformed stream: %v: %w", id, err, ports.ErrInvalid)
+	}
+	if st.BaseGUID != 0 {
+		return fmt.Errorf("receive %s: a replacement needs a full stream: %w", id, ports.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := commit(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, exists := s.volumes[id]
+	v := &vol{id: id, props: map[string]string{}, meta: map[string]string{ports.MetaVolume: string(id)}}
+	if exists {
+		v.props, v.meta, v.capacity = old.props, old.meta, old.capacity
+	}
+	if err := os.RemoveAll(s.path(id)); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.path(id), 0o755); err != nil {
+		return err
+	}
+	if err := files(st.Files).writeTo(s.path(id)); err != nil {
+		return err
+	}
+	v.snaps = []*snap{{name: st.Name, guid: st.GUID, txg: s.nextTxg(), created: timeUnix(st.Created), meta: map[string]string{}, files: st.Files}}
+	s.volumes[id] = v
+	return nil
+}

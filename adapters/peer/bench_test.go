@@ -39,7 +39,7 @@ func BenchmarkFetchOverMutualTLS(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		r, err := e.client.Fetch(context.Background(), "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1"})
+		r, err := e.client.Fetch(context.Background(), "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -81,8 +81,8 @@ func withVolume(t *testing.T, content []byte) *memstore.Store {
 	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"ferry-1", "csi-user-snap"} {
-		if _, err := s.CreateSnapshot(ctx, "vol-1", name, map[string]string{ports.MetaEpoch: "1"}); err != nil {
+	for _, name := range []string{"ferry-1-1", "csi-user-snap"} {
+		if _, err := s.CreateSnapshot(ctx, "vol-1", name, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,8 +95,8 @@ func TestSnapshotsListsOnlyReplicationSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Name != "ferry-1" || list[0].GUID == 0 || list[0].Metadata[ports.MetaEpoch] != "1" {
-		t.Fatalf("Snapshots = %+v; want only ferry-1 with its GUID and epoch", list)
+	if len(list) != 1 || list[0].Name != "ferry-1-1" || list[0].GUID == 0 {
+		t.Fatalf("Snapshots = %+v; want only ferry-1-1 with its GUID", list)
 	}
 	if _, err := e.client.Snapshots(ctx, "node-a", "nope"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("missing volume: %v, want ErrNotFound", err)
@@ -107,7 +107,7 @@ func TestFetchStreamsASnapshotIntoAnotherStoreOverMutualTLS(t *testing.T) {
 	content := bytes.Repeat([]byte("ferry peer stream "), 300_000) // ~5 MiB: several chunks
 	src := withVolume(t, content)
 	e := start(t, src)
-	r, err := e.client.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1"})
+	r, err := e.client.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +156,12 @@ func TestThePeerServiceRefusesForeignDatasetsAndHostileNamesAndLogsIt(t *testing
 		req  ports.SendRequest
 		want error
 	}{
-		{"a dataset Ferry does not own", ports.SendRequest{Volume: "vol-1", To: "ferry-1"}, ports.ErrNotOwned},
-		{"a path with ../", ports.SendRequest{Volume: "../../etc", To: "ferry-1"}, ports.ErrInvalid},
-		{"another pool's dataset", ports.SendRequest{Volume: "tank/secret", To: "ferry-1"}, ports.ErrInvalid},
+		{"a dataset Ferry does not own", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"}, ports.ErrNotOwned},
+		{"a path with ../", ports.SendRequest{Volume: "../../etc", To: "ferry-1-1"}, ports.ErrInvalid},
+		{"another pool's dataset", ports.SendRequest{Volume: "tank/secret", To: "ferry-1-1"}, ports.ErrInvalid},
 		{"a snapshot that is not a replication snapshot", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"}, ports.ErrInvalid},
-		{"a base with shell metacharacters", ports.SendRequest{Volume: "vol-1", From: "ferry-1;rm -rf /", To: "ferry-2"}, ports.ErrInvalid},
-		{"a malformed resume token", ports.SendRequest{Volume: "vol-1", To: "ferry-1", ResumeToken: "$(reboot)"}, ports.ErrInvalid},
+		{"a base with shell metacharacters", ports.SendRequest{Volume: "vol-1", From: "ferry-1-1;rm -rf /", To: "ferry-1-2"}, ports.ErrInvalid},
+		{"a malformed resume token", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1", ResumeToken: "$(reboot)"}, ports.ErrInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,7 +231,7 @@ func (r *endlessReader) Close() error { r.owner.closed.Store(true); return nil }
 func TestClosingAFetchStopsTheSendersStream(t *testing.T) {
 	store := &endless{SnapshotStore: memstore.New(t.TempDir(), 1<<30, 1)}
 	e := start(t, store)
-	r, err := e.client.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1"})
+	r, err := e.client.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*Snapsho
 	}
 	resp := &SnapshotsResponse{Snapshots: []Snapshot{}}
 	for _, sn := range list {
-		if _, ok := replica.ParseSnapshotName(sn.Name); !ok {
+		if _, _, ok := replica.ParseSnapshotName(sn.Name); !ok {
 			continue // only replication snapshots cross the wire
 		}
 		resp.Snapshots = append(resp.Snapshots, Snapshot{Name: sn.Name, GUID: sn.GUID, CreateTxg: sn.CreateTxg, SizeBytes: sn.SizeBytes, Metadata: sn.Metadata})
@@ -135,11 +135,11 @@ func validate(req *SendRequest) (ports.SendRequest, error) {
 	if !validToken(req.ResumeToken) {
 		return out, fmt.Errorf("resume token %q is malformed", truncate(req.ResumeToken))
 	}
-	if _, ok := replica.ParseSnapshotName(req.To); !ok {
+	if _, _, ok := replica.ParseSnapshotName(req.To); !ok {
 		return out, fmt.Errorf("snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.To))
 	}
 	if req.From != "" {
-		if _, ok := replica.ParseSnapshotName(req.From); !ok {
+		if _, _, ok := replica.ParseSnapshotName(req.From); !ok {
 			return out, fmt.Errorf("base snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.From))
 		}
 	}

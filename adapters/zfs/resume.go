@@ -100,7 +100,7 @@ func (s *Store) resumeSend(ctx context.Context, req ports.SendRequest) (io.ReadC
 	}
 	target := tokenTarget(string(out))
 	ds, snap, ok := strings.Cut(target, "@")
-	if _, isReplication := replica.ParseSnapshotName(snap); !ok || ds != s.dataset(req.Volume) || !isReplication {
+	if _, _, isReplication := replica.ParseSnapshotName(snap); !ok || ds != s.dataset(req.Volume) || !isReplication {
 		return nil, fmt.Errorf("send %s: resume token names %q, not a replication snapshot of %s: %w", req.Volume, target, s.dataset(req.Volume), ports.ErrInvalid)
 	}
 	return s.run.stream(ctx, "send", "-t", req.ResumeToken)

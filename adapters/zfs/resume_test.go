@@ -32,16 +32,16 @@ case "$*" in
         tank/ferry/vol-1)
           printf '%s\ttype\tfilesystem\t-\n' "$t"
           printf '%s\tferry.zfs.csi.io:driver\tferry.zfs.csi.io\tlocal\n' "$t" ;;
-        tank/ferry/vol-1@ferry-[23]) printf '%s\ttype\tsnapshot\t-\n' "$t" ;;
+        tank/ferry/vol-1@ferry-1-[23]) printf '%s\ttype\tsnapshot\t-\n' "$t" ;;
         *) echo "cannot open '$t': dataset does not exist" >&2; exit 1 ;;
       esac
     done ;;
   "send -n -v -t 1-abc0-de-789c")
-    printf 'resume token contents:\nnvlist version: 0\n\tobject = 0x6\n\toffset = 0x1000\n\ttoname = tank/ferry/vol-1@ferry-3\n' ;;
+    printf 'resume token contents:\nnvlist version: 0\n\tobject = 0x6\n\toffset = 0x1000\n\ttoname = tank/ferry/vol-1@ferry-1-3\n' ;;
   "send -n -v -t 1-0ther-789c")
-    printf 'resume token contents:\n\ttoname = tank/ferry/secret@ferry-3\n' ;;
+    printf 'resume token contents:\n\ttoname = tank/ferry/secret@ferry-1-3\n' ;;
   "send -n -v -t 1-bad")
-    echo "cannot resume send: 'tank/ferry/vol-1@ferry-1' used in the initial send no longer exists" >&2; exit 255 ;;
+    echo "cannot resume send: 'tank/ferry/vol-1@ferry-1-1' used in the initial send no longer exists" >&2; exit 255 ;;
   "send -t 1-abc0-de-789c") printf 'RESUMED-STREAM' ;;
   "recv -A tank/ferry/vol-1") ;;
   *) echo "fake zfs: unexpected: $*" >&2; exit 1 ;;
@@ -71,7 +71,7 @@ func TestOnOpenZFSAnInterruptedTransferResumesWithAVerifiedToken(t *testing.T) {
 	if err != nil || token != "1-abc0-de-789c" {
 		t.Fatalf("ResumeToken = %q, %v", token, err)
 	}
-	r, err := s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: token})
+	r, err := s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-1-2", To: "ferry-1-3", ResumeToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +80,11 @@ func TestOnOpenZFSAnInterruptedTransferResumesWithAVerifiedToken(t *testing.T) {
 		t.Fatalf("resumed stream %q, %v", got, err)
 	}
 	r.Close()
-	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: "1-0ther-789c"})
+	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-1-2", To: "ferry-1-3", ResumeToken: "1-0ther-789c"})
 	if !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a token naming another dataset: %v, want ErrInvalid", err)
 	}
-	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-2", To: "ferry-3", ResumeToken: "1-bad"})
+	_, err = s.Send(ctx, ports.SendRequest{Volume: "vol-1", From: "ferry-1-2", To: "ferry-1-3", ResumeToken: "1-bad"})
 	if !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a token zfs cannot resume: %v, want ErrInvalid (the receiver then discards its partial state)", err)
 	}

@@ -78,8 +78,60 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 	if err := s.setMeta(staging, map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}); err != nil {
 		return err
 	}
+	return s.moveIntoPlace(ctx, id, staging)
+}
+
+// ReceiveReplacement receives a full stream into the staging dataset while
+// the volume stays as it is; once the stream is whole and commit agreed,
+// the old dataset is destroyed and the staging one, marked as Ferry's with
+// the old volume's metadata, renamed into place. A replacement is never
+// resumed: a failed one is discarded whole.
+func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.Reader, commit func(context.Context) error) error {
+	old, err := s.GetVolume(ctx, id)
+	if errors.Is(err, ports.ErrNotFound) {
+		if err := commit(ctx); err != nil {
+			return err
+		}
+		return s.Receive(ctx, id, stream)
+	}
+	if err != nil {
+		return err // never replace a dataset Ferry does not own
+	}
+	staging := s.staging(id)
+	if err := s.destroyIfExists(ctx, staging); err != nil {
+		return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
+	}
+	discard := func(err error) error {
+		if derr := s.destroyIfExists(context.WithoutCancel(ctx), staging); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the received copy: %w", derr))
+		}
+		return err
+	}
+	if err := s.recv(ctx, id, staging, stream); err != nil {
+		return discard(err)
+	}
+	meta := map[string]string{}
+	for k, v := range old.Metadata {
+		meta[k] = v
+	}
+	meta[ports.MetaDriver], meta[ports.MetaVolume] = s.cfg.Driver, string(id)
+	if err := s.setMeta(staging, meta); err != nil {
+		return discard(err)
+	}
+	if err := commit(ctx); err != nil {
+		return discard(err)
+	}
+	if err := s.destroyDataset(ctx, id); err != nil {
+		return discard(fmt.Errorf("receive %s: destroying the copy being replaced: %w", id, err))
+	}
+	return s.moveIntoPlace(ctx, id, staging)
+}
+
+// moveIntoPlace renames a complete, marked staging dataset to the volume's
+// name and mounts it.
+func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string) error {
 	// zfs-fuse refuses to rename a mounted dataset ("dataset is busy").
-	err = retryBusy(ctx, func() error {
+	err := retryBusy(ctx, func() error {
 		if err := s.unmount(ctx, staging); err != nil {
 			return err
 		}

@@ -104,6 +104,19 @@ func (s *Store) childID(name string) (volume.ID, bool) {
 // to destroying a mounted dataset, and a FUSE mount may stay busy for a
 // moment after a bind mount of it went away, so busy is retried briefly.
 func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
+	if err := s.destroyDataset(ctx, id); err != nil {
+		return err
+	}
+	// An interrupted, resumable receive kept for this volume goes with it.
+	if err := s.destroyIfExists(ctx, s.staging(id)); err != nil {
+		return fmt.Errorf("destroy volume %s: its staging dataset: %w", id, err)
+	}
+	return nil
+}
+
+// destroyDataset destroys the volume's own dataset and snapshots, leaving
+// its staging dataset alone.
+func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
 	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}
@@ -119,10 +132,6 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 	})
 	if err != nil {
 		return fmt.Errorf("destroy volume %s: %w", id, err)
-	}
-	// An interrupted, resumable receive kept for this volume goes with it.
-	if err := s.destroyIfExists(ctx, s.staging(id)); err != nil {
-		return fmt.Errorf("destroy volume %s: its staging dataset: %w", id, err)
 	}
 	return nil
 }

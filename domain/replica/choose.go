@@ -14,6 +14,10 @@ var (
 	ErrUnknownReplica = errors.New("no replica on that node")
 	// ErrFenced: the replica acts for an epoch that has ended.
 	ErrFenced = errors.New("fenced: a newer primary has taken over")
+	// ErrModified: an incremental receive found the replica's dataset
+	// changed since its newest snapshot (the store refuses to apply over
+	// changes); the caller wraps the store's error with it.
+	ErrModified = errors.New("the dataset changed since its newest snapshot")
 )
 
 // newerReplica orders replicas by their newest snapshot, (epoch, number).
@@ -38,18 +42,20 @@ func (s *State) NewestReplica() (Replica, bool) {
 }
 
 // ChooseSource picks the peer a replica on self should fetch from: the
-// newest replica other than itself, if it is newer than self. Ties are
-// broken by node name. The primary is also chosen when it is at self's
-// number and epoch with another GUID, so that the divergence is planned
-// (and raised) rather than unseen.
-func ChooseSource(s State, self Node) (Replica, bool) {
+// newest replica other than itself, if it is newer than self, skipping the
+// nodes in avoid (peers whose listing or transfer just failed: the next
+// replica newer than self is tried instead of waiting for one that is
+// down). Ties are broken by node name. The primary is also chosen when it
+// is at self's number and epoch with another GUID, so that the divergence
+// is planned (and raised) rather than unseen.
+func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 	me, _ := s.Replica(self)
 	var best Replica
 	found := false
 	for _, r := range s.Replicas {
 		diverged := r.Node == s.Primary && me.Snapshot != 0 && r.Snapshot == me.Snapshot &&
 			r.SnapshotEpoch == me.SnapshotEpoch && r.SnapshotGUID != me.SnapshotGUID
-		if r.Node == self || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
+		if r.Node == self || avoid[r.Node] || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
 			continue
 		}
 		if !found || newerReplica(r, best) {
@@ -74,11 +80,16 @@ func IsReady(s State, r Replica, lag uint64) bool {
 }
 
 // NextSnapshot is the number the primary gives its next snapshot: above
-// every number any replica reported, so numbers never repeat in the list.
-func (s *State) NextSnapshot() SnapshotNumber {
+// every number any replica reported or is fetching, and every number the
+// primary's own store holds (a snapshot it received but whose report was
+// lost), so numbers never repeat in a volume.
+func (s *State) NextSnapshot(local []Snap) SnapshotNumber {
 	var n SnapshotNumber
 	for _, r := range s.Replicas {
-		n = max(n, r.Snapshot)
+		n = max(n, r.Snapshot, r.Fetching.Number)
+	}
+	for _, l := range local {
+		n = max(n, l.Number)
 	}
 	return n + 1
 }

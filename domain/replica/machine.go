@@ -1,6 +1,9 @@
 package replica
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // MachineConfig tunes a replica's decisions.
 type MachineConfig struct {
@@ -36,6 +39,21 @@ type Machine struct {
 	peer      Node   // the peer whose snapshot list peerSnaps is
 	peerSnaps []Snap // valid until the next tick or transfer
 	havePeer  bool
+
+	// avoid holds peers whose listing or transfer failed since the last
+	// successful transfer: the next source newer than this replica is
+	// tried instead (cleared when none is left).
+	avoid map[Node]bool
+	// modified: an incremental receive found the dataset changed since its
+	// newest snapshot. Those changes are snapshotted first when this
+	// replica was the primary of the current epoch, rolled back (raising
+	// RolledBack) otherwise.
+	modified bool
+	// releasing: the primary is asked to end its term (unpublish): a final
+	// snapshot, then Demote carrying it; released once done.
+	releasing  bool
+	finalTaken bool
+	released   bool
 
 	outstanding Action
 	backoff     bool // an action failed: wait for the next tick before acting again
@@ -89,9 +107,13 @@ type ActionDone struct {
 // volume itself was deleted.
 type Terminate struct{ VolumeGone bool }
 
-// SnapshotNow: the primary must snapshot at its next decision (unpublish
-// takes a final snapshot so that the next primary starts from it).
+// SnapshotNow: the primary must snapshot at its next decision.
 type SnapshotNow struct{}
+
+// Release: the active primary ends its term (unpublish): it takes a final
+// snapshot and demotes itself carrying it in one compare-and-swap, so that
+// the next primary starts from the last write. Released reports when done.
+type Release struct{}
 
 func (Observed) event()    {}
 func (LocalRead) event()   {}
@@ -100,6 +122,7 @@ func (Tick) event()        {}
 func (ActionDone) event()  {}
 func (Terminate) event()   {}
 func (SnapshotNow) event() {}
+func (Release) event()     {}
 
 // Action is an output of the machine: something the caller must do and
 // report back with ActionDone.
@@ -115,24 +138,38 @@ type ReportSnapshot struct {
 // ReadPeer: list the peer's replication snapshots, answer with PeerRead.
 type ReadPeer struct{ Peer Node }
 
-// Fetch: receive Target from Peer, incrementally from Base when set.
+// Fetch: record Target as this replica's fetch target in the shared state
+// (RecordFetch, a compare-and-swap: from then on no retention destroys it),
+// then receive it from Peer, incrementally from Base when set. A failure
+// because the dataset changed since Base is reported wrapped around
+// ErrModified.
 type Fetch struct {
 	Peer   Node
 	Base   *Snap
 	Target Snap
 }
 
-// Rollback: discard everything after To, with Reason logged and raised as
-// an event (the discarded snapshots are listed).
+// Rollback: discard everything after To. First record To as this
+// replica's snapshot in the shared state (Report, a compare-and-swap), so
+// that nobody counts a copy about to go, then roll back, with Reason
+// logged and raised as a RolledBack event (the discarded snapshots are
+// listed; none when only changes never snapshotted are discarded).
 type Rollback struct {
 	To      Snap
 	Discard []Snap
 	Reason  string
 }
 
-// Replace: destroy the local copy whole (it shares nothing with the newest
-// and is older); a full Fetch follows.
+// Replace: the local copy shares nothing with the newest and is older.
+// Record Target as the fetch target, receive it in full from Peer into
+// staging while the old copy stays in place, then, once it is complete,
+// record that this replica holds nothing (a compare-and-swap: the old copy
+// is no longer counted) and only then destroy the old copy and move the
+// new one in place, raising a Replaced event. A failed transfer leaves the
+// old copy as it was.
 type Replace struct {
+	Peer    Node
+	Target  Snap
 	Discard []Snap
 	Reason  string
 }
@@ -141,6 +178,14 @@ type Replace struct {
 type TakeSnapshot struct {
 	Number SnapshotNumber
 	Epoch  Epoch
+}
+
+// StepDown: end this primary's term of Epoch (Demote), recording Final
+// (its newest snapshot, taken after its last write) in the same
+// compare-and-swap.
+type StepDown struct {
+	Epoch Epoch
+	Final Snap
 }
 
 // DestroySnapshots: retention; none of them is anyone's base.
@@ -165,6 +210,7 @@ func (Fetch) action()            {}
 func (Rollback) action()         {}
 func (Replace) action()          {}
 func (TakeSnapshot) action()     {}
+func (StepDown) action()         {}
 func (DestroySnapshots) action() {}
 func (LeaveVolume) action()      {}
 func (Alert) action()            {}
@@ -187,6 +233,10 @@ func (m *Machine) Step(ev Event) error {
 		m.terminating, m.volumeGone = true, e.VolumeGone
 	case SnapshotNow:
 		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
+	case Release:
+		if !m.releasing {
+			m.releasing, m.finalTaken, m.released = true, false, false
+		}
 	case ActionDone:
 		if m.outstanding == nil {
 			return fmt.Errorf("ActionDone(%T) with no action outstanding", e.Action)
@@ -210,12 +260,48 @@ func (m *Machine) done(e ActionDone) {
 	switch a := e.Action.(type) {
 	case ReportSnapshot:
 		m.haveState = false
-	case Fetch, Rollback, Replace, DestroySnapshots:
+	case ReadPeer:
+		if e.Err != nil {
+			m.avoidPeer(a.Peer)
+		}
+	case Fetch:
+		m.haveLocal, m.havePeer, m.haveState = false, false, false
+		switch {
+		case e.Err == nil:
+			m.avoid = nil
+		case errors.Is(e.Err, ErrModified):
+			m.modified = true
+		default:
+			m.avoidPeer(a.Peer)
+		}
+	case Replace:
+		m.haveLocal, m.havePeer, m.haveState = false, false, false
+		if e.Err == nil {
+			m.avoid = nil
+		} else {
+			m.avoidPeer(a.Peer)
+		}
+	case Rollback:
+		m.haveLocal, m.havePeer, m.haveState = false, false, false
+		if e.Err == nil {
+			m.modified = false
+		}
+	case DestroySnapshots:
 		m.haveLocal, m.havePeer = false, false
 	case TakeSnapshot:
 		m.haveLocal, m.havePeer = false, false
 		if e.Err == nil {
 			m.ticks = 0
+			m.modified = false
+			if m.releasing {
+				m.finalTaken = true
+			}
+		}
+	case StepDown:
+		m.haveState = false
+		if e.Err == nil || errors.Is(e.Err, ErrFenced) {
+			// Fenced: another primary took over; this term ended anyway.
+			m.releasing, m.released = false, true
 		}
 	case LeaveVolume:
 		m.haveState = false
@@ -226,6 +312,17 @@ func (m *Machine) done(e ActionDone) {
 		m.alerted = a.Reason
 	}
 }
+
+func (m *Machine) avoidPeer(n Node) {
+	if m.avoid == nil {
+		m.avoid = map[Node]bool{}
+	}
+	m.avoid[n] = true
+}
+
+// Released reports whether a Release finished: the final snapshot is
+// recorded and this replica is no longer the active primary.
+func (m *Machine) Released() bool { return m.released }
 
 // Left reports whether the replica left the list: its copy may go.
 func (m *Machine) Left() bool { return m.left }
@@ -253,6 +350,15 @@ func (m *Machine) decide() Action {
 	if m.terminating {
 		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
 	}
+	if m.releasing {
+		if !m.isPrimary(self) {
+			m.releasing, m.released = false, true // nothing to hand over
+		} else if !m.finalTaken {
+			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
+		} else {
+			return StepDown{Epoch: m.state.Epoch, Final: newest}
+		}
+	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
 	ready := IsReady(m.state, probe, m.cfg.AllowedLag)
@@ -261,11 +367,23 @@ func (m *Machine) decide() Action {
 	}
 	if m.isPrimary(self) {
 		if m.ticks >= m.cfg.SnapshotEvery {
-			return TakeSnapshot{Number: m.state.NextSnapshot(), Epoch: m.state.Epoch}
+			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
 		}
 		return m.retention()
 	}
-	src, ok := ChooseSource(m.state, m.cfg.Self)
+	if m.modified && len(m.local) > 0 {
+		if m.state.Primary == m.cfg.Self {
+			// The last primary of the current epoch: its changes are the
+			// volume's newest data. They are snapshotted, never discarded.
+			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
+		}
+		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's"}
+	}
+	src, ok := ChooseSource(m.state, m.cfg.Self, m.avoid)
+	if !ok && len(m.avoid) > 0 {
+		m.avoid = nil // every newer replica failed once: start over from the best
+		src, ok = ChooseSource(m.state, m.cfg.Self, nil)
+	}
 	if !ok {
 		return m.retention()
 	}
@@ -291,7 +409,7 @@ func (m *Machine) decide() Action {
 	case PlanRollbackIncremental:
 		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason}
 	case PlanReplace:
-		return Replace{Discard: p.Discard, Reason: p.Reason}
+		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason}
 	case PlanConflict:
 		if m.alerted != p.Reason {
 			return Alert{Reason: p.Reason}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,10 +24,15 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	state rf=N epoch=E primary=NODE   the shared state (replicas join later)
 //	machine NODE [lag=N keep=N every=N] a replica's machine
 //	local NODE N@E:GUID ...           what NODE's store holds
-//	step NODE                         observe state and local, run actions until none
+//	step NODE [N]                     observe state and local, run actions until none (at most N)
 //	stabilize                         step every node until nothing happens
 //	tick [NODE]                       time passes (for one node or all)
 //	promote NODE | takeover NODE LOST change the primary, as publish or failover do
+//	release NODE                      unpublish: NODE's primary hands over
+//	write NODE                        NODE's dataset changes after its newest snapshot
+//	slow NODE                         NODE's next transfer stays in flight until "finish NODE"
+//	finish NODE                       NODE's transfer in flight ends (it fails if the sender
+//	                                  destroyed a snapshot it needs meanwhile)
 //	terminate NODE [gone]             SIGTERM for NODE's replica
 //	fail NODE KIND REASON             NODE's next action of KIND (fetch, snapshot, ...) fails
 //	print                             the shared state and every store
@@ -47,6 +53,9 @@ type scriptEnv struct {
 	guid     uint64
 	out      *strings.Builder
 	failNext map[Node][2]string // the kind of action to fail, and why
+	dirty    map[Node]bool      // changed since the newest snapshot
+	slow     map[Node]bool      // the next transfer stays in flight
+	inFlight map[Node]Action    // transfers in flight
 }
 
 func runScript(t *testing.T, path string) {
@@ -54,7 +63,8 @@ func runScript(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{}}
+	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}}
 	var rewritten strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
@@ -150,12 +160,12 @@ func (e *scriptEnv) run(f []string) error {
 		}
 		e.local[Node(f[1])] = snaps
 	case "step":
-		e.step(Node(f[1]))
+		e.step(Node(f[1]), atoi(f[len(f)-1], 20))
 	case "stabilize":
 		for i := 0; i < 20; i++ {
 			before := e.out.Len()
 			for _, n := range e.nodes() {
-				e.step(n)
+				e.step(n, 20)
 			}
 			if e.out.Len() == before {
 				return nil
@@ -174,12 +184,36 @@ func (e *scriptEnv) run(f []string) error {
 		return Promote(&e.state, Node(f[1]))
 	case "takeover":
 		return Takeover(&e.state, Node(f[1]), Node(f[2]))
+	case "release":
+		return e.machines[Node(f[1])].Step(Release{})
+	case "write":
+		e.dirty[Node(f[1])] = true
+	case "slow":
+		e.slow[Node(f[1])] = true
+	case "finish":
+		n := Node(f[1])
+		a, ok := e.inFlight[n]
+		if !ok {
+			return fmt.Errorf("%s has no transfer in flight", n)
+		}
+		delete(e.inFlight, n)
+		err := e.land(n, a)
+		if err != nil {
+			fmt.Fprintf(e.out, "%s: %s finished -> %v\n", n, describe(a), err)
+		} else {
+			fmt.Fprintf(e.out, "%s: %s finished\n", n, describe(a))
+		}
+		return e.machines[n].Step(ActionDone{Action: a, Err: err})
 	case "terminate":
 		return e.machines[Node(f[1])].Step(Terminate{VolumeGone: len(f) > 2 && f[2] == "gone"})
 	case "print":
 		fmt.Fprintf(e.out, "epoch=%d primary=%s rf=%d\n", e.state.Epoch, e.state.Primary, e.state.ReplicationFactor)
 		for _, r := range e.state.Replicas {
-			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready)
+			fetching := ""
+			if r.Fetching.Number != 0 {
+				fetching = fmt.Sprintf(" fetching=%d@%d", r.Fetching.Number, r.Fetching.Epoch)
+			}
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v%s\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready, fetching)
 		}
 		for _, n := range e.nodes() {
 			fmt.Fprintf(e.out, "  store %s: %v\n", n, e.local[n])
@@ -191,10 +225,13 @@ func (e *scriptEnv) run(f []string) error {
 }
 
 // step lets node observe the world and carries out its actions until it
-// has none, printing each.
-func (e *scriptEnv) step(n Node) {
+// has none (or one stays in flight), printing each.
+func (e *scriptEnv) step(n Node, limit int) {
 	m := e.machines[n]
-	for i := 0; i < 20; i++ {
+	if _, busy := e.inFlight[n]; busy {
+		return
+	}
+	for i := 0; i < limit; i++ {
 		_ = m.Step(Observed{State: cloneState(e.state)})
 		_ = m.Step(LocalRead{Snaps: append([]Snap(nil), e.local[n]...)})
 		a, ok := m.Next()
@@ -202,6 +239,10 @@ func (e *scriptEnv) step(n Node) {
 			return
 		}
 		err := e.exec(n, a)
+		if err == errInFlight {
+			fmt.Fprintf(e.out, "%s: %s (in flight)\n", n, describe(a))
+			return
+		}
 		if err != nil {
 			fmt.Fprintf(e.out, "%s: %s -> %v\n", n, describe(a), err)
 		} else {
@@ -211,6 +252,8 @@ func (e *scriptEnv) step(n Node) {
 	}
 }
 
+// cloneState copies a state; Replica holds no pointers, so copying the
+// slice suffices.
 func cloneState(s State) State {
 	s.Replicas = append([]Replica(nil), s.Replicas...)
 	return s
@@ -230,9 +273,11 @@ func describe(a Action) string {
 	case Rollback:
 		return fmt.Sprintf("rollback to %v discarding %v: %s", a.To, a.Discard, a.Reason)
 	case Replace:
-		return fmt.Sprintf("replace discarding %v: %s", a.Discard, a.Reason)
+		return fmt.Sprintf("replace with %v from %s discarding %v: %s", a.Target, a.Peer, a.Discard, a.Reason)
 	case TakeSnapshot:
 		return fmt.Sprintf("snapshot %d of epoch %d", a.Number, a.Epoch)
+	case StepDown:
+		return fmt.Sprintf("step down from epoch %d with final %v", a.Epoch, a.Final)
 	case DestroySnapshots:
 		return fmt.Sprintf("destroy %v", a.Snaps)
 	case LeaveVolume:
@@ -243,35 +288,44 @@ func describe(a Action) string {
 	return fmt.Sprintf("%T", a)
 }
 
+var errInFlight = errors.New("in flight")
+
 // exec carries out an action on the script's world, as the volume manager
 // does on the stores and the cluster state.
 func (e *scriptEnv) exec(n Node, a Action) error {
 	if f, ok := e.failNext[n]; ok && strings.HasPrefix(describe(a), f[0]) {
 		delete(e.failNext, n)
-		return fmt.Errorf("%s", f[1])
+		return errors.New(f[1])
 	}
 	switch a := a.(type) {
 	case ReportSnapshot:
-		next := cloneState(e.state)
-		Join(&next, n)
-		if err := Report(&next, n, a.Snap, a.Ready); err != nil {
-			return err
-		}
-		e.state = next
+		return e.cas(func(s *State) error { Join(s, n); return Report(s, n, a.Snap, a.Ready) })
 	case ReadPeer:
 		return e.machines[n].Step(PeerRead{Peer: a.Peer, Snaps: append([]Snap(nil), e.local[a.Peer]...)})
 	case Fetch:
-		var got []Snap
-		for _, s := range e.local[a.Peer] {
-			if (a.Base == nil || s.Newer(*a.Base)) && !s.Newer(a.Target) {
-				got = append(got, s)
-			}
+		if err := e.cas(func(s *State) error { return RecordFetch(s, n, a.Target) }); err != nil {
+			return err
 		}
-		if a.Base == nil {
-			got = got[len(got)-1:] // a full stream brings its target only
+		if e.slow[n] {
+			delete(e.slow, n)
+			e.inFlight[n] = a
+			return errInFlight
 		}
-		e.local[n] = append(e.local[n], got...)
+		return e.land(n, a)
+	case Replace:
+		if err := e.cas(func(s *State) error { return RecordFetch(s, n, a.Target) }); err != nil {
+			return err
+		}
+		if e.slow[n] {
+			delete(e.slow, n)
+			e.inFlight[n] = a
+			return errInFlight
+		}
+		return e.land(n, a)
 	case Rollback:
+		if err := e.cas(func(s *State) error { return Report(s, n, a.To, false) }); err != nil {
+			return err
+		}
 		var kept []Snap
 		for _, s := range e.local[n] {
 			if !s.Newer(a.To) {
@@ -279,11 +333,13 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 			}
 		}
 		e.local[n] = kept
-	case Replace:
-		e.local[n] = nil
+		e.dirty[n] = false
 	case TakeSnapshot:
+		e.dirty[n] = false
 		e.guid++
 		e.local[n] = append(e.local[n], Snap{Number: a.Number, Epoch: a.Epoch, GUID: e.guid})
+	case StepDown:
+		return e.cas(func(s *State) error { return Demote(s, n, a.Epoch, a.Final) })
 	case DestroySnapshots:
 		gone := map[Snap]bool{}
 		for _, s := range a.Snaps {
@@ -297,12 +353,69 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 		}
 		e.local[n] = kept
 	case LeaveVolume:
-		next := cloneState(e.state)
-		if _, err := Leave(&next, n, a.Holds, a.VolumeGone); err != nil {
+		if err := e.cas(func(s *State) error { _, err := Leave(s, n, a.Holds, a.VolumeGone); return err }); err != nil {
 			return err
 		}
-		e.state = next
 		e.local[n] = nil
+	}
+	return nil
+}
+
+// cas applies fn to a copy of the state and keeps the result only if fn
+// succeeds and the result is valid, as ClusterState.Update does.
+func (e *scriptEnv) cas(fn func(*State) error) error {
+	next := cloneState(e.state)
+	if err := fn(&next); err != nil {
+		return err
+	}
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	e.state = next
+	return nil
+}
+
+// holds reports whether node's store holds snapshot x.
+func (e *scriptEnv) holds(node Node, x Snap) bool {
+	for _, s := range e.local[node] {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// land completes a transfer as the store would: the sender must still hold
+// the target (and the base); an incremental refuses a changed dataset; a
+// replacement records that nothing is held before the old copy goes.
+func (e *scriptEnv) land(n Node, a Action) error {
+	switch a := a.(type) {
+	case Fetch:
+		if !e.holds(a.Peer, a.Target) || (a.Base != nil && !e.holds(a.Peer, *a.Base)) {
+			return fmt.Errorf("%s no longer holds the snapshots of the stream", a.Peer)
+		}
+		if a.Base != nil && e.dirty[n] {
+			return fmt.Errorf("receive: %w", ErrModified)
+		}
+		var got []Snap
+		for _, s := range e.local[a.Peer] {
+			if (a.Base == nil || s.Newer(*a.Base)) && !s.Newer(a.Target) {
+				got = append(got, s)
+			}
+		}
+		if a.Base == nil {
+			got = got[len(got)-1:] // a full stream brings its target only
+		}
+		e.local[n] = append(e.local[n], got...)
+	case Replace:
+		if !e.holds(a.Peer, a.Target) {
+			return fmt.Errorf("%s no longer holds the snapshot of the stream", a.Peer)
+		}
+		if err := e.cas(func(s *State) error { return Report(s, n, Snap{}, false) }); err != nil {
+			return err
+		}
+		e.local[n] = []Snap{a.Target}
+		e.dirty[n] = false
 	}
 	return nil
 }

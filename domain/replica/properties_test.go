@@ -83,13 +83,14 @@ func FuzzPromoteNeverMakesTwoPrimariesInOneEpoch(f *testing.F) {
 					primaryOf[s.Epoch] = node
 				}
 			case 1:
-				_ = Demote(&s, node, s.Epoch-Epoch(op>>5&1))
+				r, _ := s.Replica(node)
+				_ = Demote(&s, node, s.Epoch-Epoch(op>>5&1), r.Holds())
 			default:
 				// the node reports a new snapshot of the current epoch if it
 				// is the primary, else catches up to the newest
 				r, _ := s.Replica(node)
 				if r.Active {
-					_ = Report(&s, node, Snap{Number: s.NextSnapshot(), Epoch: s.Epoch}, true)
+					_ = Report(&s, node, Snap{Number: s.NextSnapshot(nil), Epoch: s.Epoch}, true)
 				} else if n, ok := s.NewestReplica(); ok {
 					_ = Report(&s, node, Snap{Number: n.Snapshot, Epoch: n.SnapshotEpoch}, true)
 				}

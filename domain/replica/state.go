@@ -21,24 +21,52 @@ type Epoch uint64
 // 0 means "no data".
 type SnapshotNumber uint64
 
-// snapshotPrefix names replication snapshots "ferry-<n>" in each dataset.
+// snapshotPrefix names replication snapshots "ferry-<epoch>-<n>" in each
+// dataset. The epoch is part of the name so that it travels with the
+// snapshot atomically: a received snapshot can never exist without it (a
+// property set after the receive is lost when the receiver stops in
+// between, and a snapshot of unknown epoch would sort below older ones).
 const snapshotPrefix = "ferry-"
 
-// SnapshotName is the store name of replication snapshot n.
-func SnapshotName(n SnapshotNumber) string { return snapshotPrefix + strconv.FormatUint(uint64(n), 10) }
+// SnapshotName is the store name of replication snapshot s:
+// "ferry-<epoch>-<number>".
+func SnapshotName(s Snap) string {
+	return snapshotPrefix + strconv.FormatUint(uint64(s.Epoch), 10) + "-" + strconv.FormatUint(uint64(s.Number), 10)
+}
 
-// ParseSnapshotName returns the number of a replication snapshot name, and
-// false for any other snapshot (CSI snapshots, foreign ones).
-func ParseSnapshotName(s string) (SnapshotNumber, bool) {
-	digits, ok := strings.CutPrefix(s, snapshotPrefix)
-	if !ok || digits == "" || (len(digits) > 1 && digits[0] == '0') {
+// ParseSnapshotName returns the number and epoch of a replication snapshot
+// name, and false for any other snapshot (CSI snapshots, foreign ones).
+// Both parts are canonical decimal numbers of at least 1: there is exactly
+// one name per snapshot, so a lookalike can never alias one.
+func ParseSnapshotName(s string) (SnapshotNumber, Epoch, bool) {
+	rest, ok := strings.CutPrefix(s, snapshotPrefix)
+	if !ok {
+		return 0, 0, false
+	}
+	e, n, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	epoch, ok1 := canonical(e)
+	num, ok2 := canonical(n)
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	return SnapshotNumber(num), Epoch(epoch), true
+}
+
+// canonical parses a decimal number >= 1 without sign or leading zeros.
+func canonical(d string) (uint64, bool) {
+	if d == "" || d[0] == '0' {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil || n == 0 {
-		return 0, false
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
 	}
-	return SnapshotNumber(n), true
+	v, err := strconv.ParseUint(d, 10, 64)
+	return v, err == nil
 }
 
 // Replica is one node's copy of a volume as recorded in the shared state.
@@ -55,6 +83,20 @@ type Replica struct {
 	Active bool
 	// Ready is true once Snapshot is within the allowed lag of the newest.
 	Ready bool
+	// Fetching is the snapshot the replica is receiving (Number 0: none),
+	// recorded by compare-and-swap before the transfer starts and cleared
+	// when the replica reports a snapshot at least as new. Every replica's
+	// retention keeps it meanwhile: a transfer that lasts many snapshot
+	// intervals (a first sync of a large volume) still finds its target at
+	// the sender, and a snapshot received but not yet reported is still
+	// held elsewhere. It is never counted as a copy: the replica may not
+	// hold it yet.
+	Fetching Snap
+}
+
+// Holds is the replica's newest snapshot as the list records it.
+func (r Replica) Holds() Snap {
+	return Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch, GUID: r.SnapshotGUID}
 }
 
 // State is a volume's shared replica state.
@@ -110,8 +152,11 @@ func (s *State) Validate() error {
 				return fmt.Errorf("replica on %q is active but the primary is %q", r.Node, s.Primary)
 			}
 		}
-		if r.SnapshotEpoch > s.Epoch {
-			return fmt.Errorf("replica on %q has a snapshot from epoch %d, after the volume's epoch %d", r.Node, r.SnapshotEpoch, s.Epoch)
+		if r.SnapshotEpoch > s.Epoch || r.Fetching.Epoch > s.Epoch {
+			return fmt.Errorf("replica on %q names a snapshot from an epoch after the volume's epoch %d", r.Node, s.Epoch)
+		}
+		if (r.Snapshot == 0) != (r.SnapshotEpoch == 0) || (r.Fetching.Number == 0) != (r.Fetching.Epoch == 0) {
+			return fmt.Errorf("replica on %q names a snapshot without its epoch, or an epoch without a snapshot", r.Node)
 		}
 	}
 	if active > 1 {

@@ -5,15 +5,19 @@ import (
 	"testing"
 )
 
-func TestSnapshotNamesRoundTripAndRejectLookalikes(t *testing.T) {
-	for _, n := range []SnapshotNumber{1, 2, 10, 18446744073709551615} {
-		got, ok := ParseSnapshotName(SnapshotName(n))
-		if !ok || got != n {
-			t.Errorf("ParseSnapshotName(%q) = %d, %v", SnapshotName(n), got, ok)
+func TestSnapshotNamesCarryTheEpochRoundTripAndRejectLookalikes(t *testing.T) {
+	for _, sn := range []Snap{{Number: 1, Epoch: 1}, {Number: 2, Epoch: 7}, {Number: 10, Epoch: 3}, {Number: 18446744073709551615, Epoch: 18446744073709551615}} {
+		n, e, ok := ParseSnapshotName(SnapshotName(sn))
+		if !ok || n != sn.Number || e != sn.Epoch {
+			t.Errorf("ParseSnapshotName(%q) = %d, %d, %v", SnapshotName(sn), n, e, ok)
 		}
 	}
-	for _, s := range []string{"ferry-0", "ferry-01", "ferry-", "ferry-x", "csi-ferry-1", "ferry-1a", "ferry-18446744073709551616"} {
-		if _, ok := ParseSnapshotName(s); ok {
+	if got := SnapshotName(Snap{Number: 12, Epoch: 3}); got != "ferry-3-12" {
+		t.Errorf("SnapshotName = %q, want ferry-3-12", got)
+	}
+	for _, s := range []string{"ferry-0-1", "ferry-1-0", "ferry-01-1", "ferry-1-01", "ferry-1", "ferry-", "ferry-1-", "ferry--1",
+		"ferry-x-1", "csi-ferry-1-1", "ferry-1-1a", "ferry-1-1-1", "ferry-+1-1", "ferry-1-18446744073709551616", "Ferry-1-1"} {
+		if _, _, ok := ParseSnapshotName(s); ok {
 			t.Errorf("ParseSnapshotName(%q) accepted", s)
 		}
 	}
@@ -53,14 +57,17 @@ func TestCanDestroy(t *testing.T) {
 }
 
 func TestStateValidateHoldsTheInvariants(t *testing.T) {
-	good := State{ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true, SnapshotEpoch: 2}, {Node: "b", SnapshotEpoch: 1}}}
+	good := State{ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true, Snapshot: 3, SnapshotEpoch: 2}, {Node: "b", Snapshot: 2, SnapshotEpoch: 1, Fetching: Snap{Number: 3, Epoch: 2}}}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	bad := map[string]State{
 		"two active":         {ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{{Node: "a", Active: true}, {Node: "b", Active: true}}},
 		"active not primary": {ReplicationFactor: 1, Epoch: 2, Primary: "b", Replicas: []Replica{{Node: "a", Active: true}}},
-		"future epoch":       {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", SnapshotEpoch: 2}}},
+		"future epoch":       {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", Snapshot: 1, SnapshotEpoch: 2}}},
+		"fetching a future":  {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", Fetching: Snap{Number: 1, Epoch: 2}}}},
+		"snapshot, no epoch": {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", Snapshot: 1}}},
+		"epoch, no snapshot": {ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "a", SnapshotEpoch: 1}}},
 		"duplicate node":     {ReplicationFactor: 1, Replicas: []Replica{{Node: "a"}, {Node: "a"}}},
 		"unsorted":           {ReplicationFactor: 1, Replicas: []Replica{{Node: "b"}, {Node: "a"}}},
 		"empty node":         {ReplicationFactor: 1, Replicas: []Replica{{Node: ""}}},

@@ -19,9 +19,10 @@ func Join(s *State, node Node) {
 }
 
 // Report records the newest snapshot node holds, as the replica read it
-// from its store (it goes backwards after a rollback: the list says what
-// is, not what was). A snapshot from an epoch after the volume's is
-// impossible and refused.
+// from its store (it goes backwards before a rollback: the list says at
+// most what is, never more). A snapshot from an epoch after the volume's
+// is impossible and refused. The fetch target is cleared once the
+// reported snapshot is at least as new as it.
 func Report(s *State, node Node, snap Snap, ready bool) error {
 	i := s.index(node)
 	if i < 0 {
@@ -32,6 +33,27 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 	}
 	r := &s.Replicas[i]
 	r.Snapshot, r.SnapshotEpoch, r.SnapshotGUID, r.Ready = snap.Number, snap.Epoch, snap.GUID, ready
+	if snap.Number == 0 {
+		r.SnapshotEpoch, r.SnapshotGUID = 0, 0
+	}
+	if r.Fetching.Number != 0 && !r.Fetching.Newer(snap) {
+		r.Fetching = Snap{}
+	}
+	return nil
+}
+
+// RecordFetch records, before a transfer starts, the snapshot node is
+// about to receive, so that no replica's retention destroys it until node
+// reports it (or something newer) or leaves.
+func RecordFetch(s *State, node Node, target Snap) error {
+	i := s.index(node)
+	if i < 0 {
+		return fmt.Errorf("fetch by %s: %w", node, ErrUnknownReplica)
+	}
+	if target.Number == 0 || target.Epoch == 0 || target.Epoch > s.Epoch {
+		return fmt.Errorf("fetch by %s: snapshot %d of epoch %d cannot be a target (volume epoch %d)", node, target.Number, target.Epoch, s.Epoch)
+	}
+	s.Replicas[i].Fetching = Snap{Number: target.Number, Epoch: target.Epoch, GUID: target.GUID}
 	return nil
 }
 
@@ -60,15 +82,26 @@ func Promote(s *State, node Node) error {
 	return nil
 }
 
-// Demote marks node's replica inactive if it is the primary of epoch.
-// A primary of an older epoch is fenced: ErrFenced.
-func Demote(s *State, node Node, epoch Epoch) error {
+// Demote ends node's term as the active primary of epoch, recording its
+// final snapshot (taken after the last write, before this call) in the
+// same compare-and-swap: no other replica can be promoted before it holds
+// that snapshot, so a handover never loses the last writes. A primary of an
+// older epoch is fenced: ErrFenced.
+func Demote(s *State, node Node, epoch Epoch, final Snap) error {
 	if s.Epoch != epoch || s.Primary != node {
 		return fmt.Errorf("demote %s of epoch %d: volume is at epoch %d with primary %q: %w", node, epoch, s.Epoch, s.Primary, ErrFenced)
 	}
-	if i := s.index(node); i >= 0 {
-		s.Replicas[i].Active = false
+	i := s.index(node)
+	if i < 0 {
+		return fmt.Errorf("demote %s: %w", node, ErrUnknownReplica)
 	}
+	if final.Number == 0 || final.Epoch != epoch {
+		return fmt.Errorf("demote %s of epoch %d: the final snapshot %d of epoch %d is not of its term", node, epoch, final.Number, final.Epoch)
+	}
+	if err := Report(s, node, final, true); err != nil {
+		return err
+	}
+	s.Replicas[i].Active = false
 	return nil
 }
 
@@ -127,10 +160,12 @@ func (s *State) index(n Node) int {
 
 // Takeover makes node the active primary in place of lost, a primary that
 // can no longer serve (its node is gone, or its lease ran out). node must
-// be the newest of the remaining replicas; writes lost made after that
-// snapshot are given up (at most one snapshot interval), and lost is
-// fenced: its later snapshots are of an older epoch, so when it returns it
-// rolls them back (PlanRollbackIncremental) instead of serving them.
+// be the newest of the remaining replicas, counting what another replica
+// may hold without having reported it yet (its fetch target) as held:
+// writes lost made after that snapshot are given up (at most one snapshot
+// interval), and lost is fenced: its later snapshots are of an older
+// epoch, so when it returns it rolls them back (PlanRollbackIncremental)
+// instead of serving them.
 func Takeover(s *State, node, lost Node) error {
 	if s.Primary != lost {
 		return fmt.Errorf("takeover from %s: the primary is %q: %w", lost, s.Primary, ErrFenced)
@@ -144,9 +179,13 @@ func Takeover(s *State, node, lost Node) error {
 		// make every returning replica replace its copy with it.
 		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
 	}
+	mine := s.Replicas[i].Holds()
 	for _, r := range s.Replicas {
-		if r.Node != lost && r.Node != node && newerReplica(r, s.Replicas[i]) {
-			return fmt.Errorf("takeover by %s: %s holds a newer snapshot: %w", node, r.Node, ErrBehind)
+		if r.Node == lost || r.Node == node {
+			continue
+		}
+		if r.Holds().Newer(mine) || r.Fetching.Newer(mine) {
+			return fmt.Errorf("takeover by %s: %s holds (or is receiving) a newer snapshot: %w", node, r.Node, ErrBehind)
 		}
 	}
 	if j := s.index(lost); j >= 0 {

@@ -13,15 +13,15 @@ func threeReplicas(rf int) State {
 
 func TestChooseSourcePrefersTheNewestAndBreaksTiesByName(t *testing.T) {
 	s := threeReplicas(2)
-	if r, ok := ChooseSource(s, "c"); !ok || r.Node != "a" {
+	if r, ok := ChooseSource(s, "c", nil); !ok || r.Node != "a" {
 		t.Fatalf("source for c = %+v, %v; want a (tie with b, lower name)", r, ok)
 	}
-	if _, ok := ChooseSource(s, "a"); ok {
+	if _, ok := ChooseSource(s, "a", nil); ok {
 		t.Fatal("a is as new as anyone: it needs no source")
 	}
 	s.Replicas[2] = Replica{Node: "c", Snapshot: 3, SnapshotEpoch: 2}
 	s.Epoch = 2
-	if r, ok := ChooseSource(s, "a"); !ok || r.Node != "c" {
+	if r, ok := ChooseSource(s, "a", nil); !ok || r.Node != "c" {
 		t.Fatalf("source for a = %+v, %v; want c (epoch 2 beats a higher number of epoch 1)", r, ok)
 	}
 }
@@ -43,11 +43,18 @@ func TestPromoteStartsANewEpochAndRefusesASecondActivePrimary(t *testing.T) {
 	if err := Promote(&s, "b"); !errors.Is(err, ErrPrimaryActive) {
 		t.Fatalf("second primary: %v, want ErrPrimaryActive", err)
 	}
-	if err := Demote(&s, "a", 1); !errors.Is(err, ErrFenced) {
+	final := Snap{Number: 6, Epoch: 2, GUID: 66}
+	if err := Demote(&s, "a", 1, final); !errors.Is(err, ErrFenced) {
 		t.Fatalf("demote with an old epoch: %v, want ErrFenced", err)
 	}
-	if err := Demote(&s, "a", 2); err != nil || s.Replicas[0].Active {
+	if err := Demote(&s, "a", 2, Snap{Number: 5, Epoch: 1}); err == nil || !s.Replicas[0].Active {
+		t.Fatalf("demote carrying a snapshot of an earlier term: %v, %+v", err, s.Replicas[0])
+	}
+	if err := Demote(&s, "a", 2, final); err != nil || s.Replicas[0].Active || s.Replicas[0].Holds() != final {
 		t.Fatalf("demote: %v, %+v", err, s.Replicas[0])
+	}
+	if err := Promote(&s, "b"); !errors.Is(err, ErrBehind) {
+		t.Fatalf("b, without the final snapshot, was promoted: %v", err)
 	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -122,7 +129,7 @@ func TestReadinessAllowsTheConfiguredLag(t *testing.T) {
 	if IsReady(s, c, 0) || !IsReady(s, c, 1) {
 		t.Fatal("c is one behind: not ready with lag 0, ready with lag 1")
 	}
-	if n := s.NextSnapshot(); n != 6 {
+	if n := s.NextSnapshot(nil); n != 6 {
 		t.Fatalf("next snapshot %d, want 6", n)
 	}
 }

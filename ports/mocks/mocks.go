@@ -190,6 +190,20 @@ func (mr *MockSnapshotStoreMockRecorder) Receive(ctx, id, stream any) *gomock.Ca
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Receive", reflect.TypeOf((*MockSnapshotStore)(nil).Receive), ctx, id, stream)
 }
 
+// ReceiveReplacement mocks base method.
+func (m *MockSnapshotStore) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.Reader, commit func(context.Context) error) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "ReceiveReplacement", ctx, id, stream, commit)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// ReceiveReplacement indicates an expected call of ReceiveReplacement.
+func (mr *MockSnapshotStoreMockRecorder) ReceiveReplacement(ctx, id, stream, commit any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "ReceiveReplacement", reflect.TypeOf((*MockSnapshotStore)(nil).ReceiveReplacement), ctx, id, stream, commit)
+}
+
 // Resize mocks base method.
 func (m *MockSnapshotStore) Resize(ctx context.Context, id volume.ID, capacityBytes int64) error {
 	m.ctrl.T.Helper()

@@ -223,13 +223,14 @@ func deletedStateIsGone(t *testing.T, s ports.ClusterState) {
 // reported a conflict.
 func concurrentUpdatesLoseNothing(t *testing.T, s ports.ClusterState) {
 	const workers, each, patience = 16, 25, 100
-	mustCreateState(t, s, replica.State{Volume: "vol-a", ReplicationFactor: 1, Replicas: []replica.Replica{{Node: "a"}}})
+	mustCreateState(t, s, replica.State{Volume: "vol-a", ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{{Node: "a"}}})
 	increment := func(st *replica.State) error {
 		i := slices.IndexFunc(st.Replicas, func(r replica.Replica) bool { return r.Node == "a" })
 		if i < 0 {
 			return errors.New("replica a vanished")
 		}
 		st.Replicas[i].Snapshot++
+		st.Replicas[i].SnapshotEpoch = 1
 		return nil
 	}
 	var successes, conflicts atomic.Int64

@@ -42,6 +42,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
 		{"capacity shrinks by what volumes reserve", capacityAccounting},
+		{"a replacement swaps the copy only once the stream is whole and commit agreed", replacement},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -204,7 +205,7 @@ func resizeGrows(t *testing.T, s ports.SnapshotStore) {
 func snapshotsOrdered(t *testing.T, s ports.SnapshotStore) {
 	info := mustCreate(t, s, "vol-a")
 	write(t, info, "f", "1")
-	a, err := s.CreateSnapshot(ctx, "vol-a", "s1", map[string]string{"epoch": "3"})
+	a, err := s.CreateSnapshot(ctx, "vol-a", "s1", map[string]string{ports.MetaSnapshotName: "nightly"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,10 +223,10 @@ func snapshotsOrdered(t *testing.T, s ports.SnapshotStore) {
 	if err != nil || len(list) != 2 || list[0].Name != "s1" || list[1].Name != "s2" {
 		t.Fatalf("ListSnapshots = %+v, %v", list, err)
 	}
-	if list[0].Metadata["epoch"] != "3" || list[0].GUID != a.GUID || list[0].CreatedAt.IsZero() {
+	if list[0].Metadata[ports.MetaSnapshotName] != "nightly" || list[0].GUID != a.GUID || list[0].CreatedAt.IsZero() {
 		t.Fatalf("snapshot s1 = %+v", list[0])
 	}
-	if _, ok := list[1].Metadata["epoch"]; ok {
+	if _, ok := list[1].Metadata[ports.MetaSnapshotName]; ok {
 		t.Fatalf("s2 has metadata it was not given: %v", list[1].Metadata)
 	}
 	if err := s.DestroySnapshot(ctx, "vol-a", "s1"); err != nil {
@@ -395,24 +396,24 @@ func capacityAccounting(t *testing.T, s ports.SnapshotStore) {
 func snapshotMetadataIsSetNotSent(t *testing.T, s ports.SnapshotStore) {
 	src := mustCreate(t, s, "src")
 	write(t, src, "data", "x")
-	if _, err := s.CreateSnapshot(ctx, "src", "s1", map[string]string{ports.MetaEpoch: "4"}); err != nil {
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", map[string]string{ports.MetaSnapshotName: "4"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
 		t.Fatal(err)
 	}
 	list, _ := s.ListSnapshots(ctx, "dst")
-	if len(list) != 1 || list[0].Metadata[ports.MetaEpoch] != "" {
+	if len(list) != 1 || list[0].Metadata[ports.MetaSnapshotName] != "" {
 		t.Fatalf("received snapshot %+v: want s1 without metadata", list)
 	}
-	if err := s.SetSnapshotMetadata(ctx, "dst", "s1", map[string]string{ports.MetaEpoch: "4"}); err != nil {
+	if err := s.SetSnapshotMetadata(ctx, "dst", "s1", map[string]string{ports.MetaSnapshotName: "4"}); err != nil {
 		t.Fatal(err)
 	}
 	list, _ = s.ListSnapshots(ctx, "dst")
-	if list[0].Metadata[ports.MetaEpoch] != "4" {
+	if list[0].Metadata[ports.MetaSnapshotName] != "4" {
 		t.Fatalf("after SetSnapshotMetadata: %+v", list[0])
 	}
-	wantErr(t, "SetSnapshotMetadata of a missing snapshot", s.SetSnapshotMetadata(ctx, "dst", "nope", map[string]string{ports.MetaEpoch: "1"}), ports.ErrNotFound)
+	wantErr(t, "SetSnapshotMetadata of a missing snapshot", s.SetSnapshotMetadata(ctx, "dst", "nope", map[string]string{ports.MetaSnapshotName: "1"}), ports.ErrNotFound)
 }
 
 func setProperties(t *testing.T, s ports.SnapshotStore) {
@@ -426,4 +427,81 @@ func setProperties(t *testing.T, s ports.SnapshotStore) {
 	}
 	wantErr(t, "a bad value", s.SetProperties(ctx, "vol-a", map[string]string{"compression": "bogus"}), ports.ErrInvalid)
 	wantErr(t, "a missing volume", s.SetProperties(ctx, "nope", map[string]string{"atime": "on"}), ports.ErrNotFound)
+}
+
+func replacement(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "the newest copy")
+	snap, err := s.CreateSnapshot(ctx, "src", "s9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mustCreate(t, s, "old")
+	write(t, old, "data", "an older copy")
+	if _, err := s.CreateSnapshot(ctx, "old", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	stillOld := func(what string) {
+		t.Helper()
+		v, err := s.GetVolume(ctx, "old")
+		if err != nil {
+			t.Fatalf("%s: the old copy is gone: %v", what, err)
+		}
+		list, _ := s.ListSnapshots(ctx, "old")
+		if got := read(t, v, "data"); got != "an older copy" || len(list) != 1 || list[0].Name != "s1" {
+			t.Fatalf("%s: the old copy changed: %q, %+v", what, got, list)
+		}
+	}
+	send := func() io.ReadCloser {
+		t.Helper()
+		r, err := s.Send(ctx, ports.SendRequest{Volume: "src", To: "s9"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+
+	// A stream cut short: commit is never called, the old copy stays.
+	whole, err := io.ReadAll(send())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := whole[:len(whole)/2]
+	commits := 0
+	commit := func(context.Context) error { commits++; return nil }
+	if err := s.ReceiveReplacement(ctx, "old", bytes.NewReader(head), commit); err == nil {
+		t.Fatal("a truncated replacement was received")
+	}
+	if commits != 0 {
+		t.Fatal("commit was called for a truncated stream")
+	}
+	stillOld("after a truncated stream")
+
+	// commit refuses: nothing changes.
+	refused := errors.New("the shared state refused")
+	err = s.ReceiveReplacement(ctx, "old", send(), func(context.Context) error { return refused })
+	wantErr(t, "a replacement whose commit failed", err, refused)
+	stillOld("after a refused commit")
+
+	// A whole stream and an agreeing commit: the copy is replaced, its
+	// metadata kept, and the old snapshots gone.
+	if err := s.ReceiveReplacement(ctx, "old", send(), commit); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.GetVolume(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := s.ListSnapshots(ctx, "old")
+	if got := read(t, v, "data"); got != "the newest copy" || commits != 1 || len(list) != 1 || list[0].GUID != snap.GUID {
+		t.Fatalf("after the replacement: data %q, %d commits, snapshots %+v (want s9 with GUID %d)", got, commits, list, snap.GUID)
+	}
+	if v.Metadata[ports.MetaName] == "" || v.Metadata[ports.MetaName] != old.Metadata[ports.MetaName] {
+		t.Fatalf("the replaced copy lost its metadata: %+v", v.Metadata)
+	}
+	vols, _ := s.ListVolumes(ctx)
+	if len(vols) != 2 {
+		t.Fatalf("volumes after the replacement: %+v, want src and old only (no staging left)", vols)
+	}
 }

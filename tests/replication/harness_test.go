@@ -369,15 +369,17 @@ var sigterm = syscall.SIGTERM
 
 // newestStored is the newest replication snapshot n's store holds of the
 // volume (0 when none).
-func (c *volumeCluster) newestStored(n replica.Node) replica.SnapshotNumber {
+func (c *volumeCluster) newestStored(n replica.Node) replica.Snap {
 	list, err := stores[n].ListSnapshots(ctx, c.id)
 	if err != nil {
-		return 0
+		return replica.Snap{}
 	}
-	var newest replica.SnapshotNumber
+	var newest replica.Snap
 	for _, s := range list {
-		if num, ok := replica.ParseSnapshotName(s.Name); ok && num > newest {
-			newest = num
+		if num, epoch, ok := replica.ParseSnapshotName(s.Name); ok {
+			if sn := (replica.Snap{Number: num, Epoch: epoch, GUID: s.GUID}); sn.Newer(newest) {
+				newest = sn
+			}
 		}
 	}
 	return newest

@@ -107,7 +107,7 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 	c.start("b")
 	sum = c.converged("a", "b")
 	if !c.logHas("b", "snapshot received", fmt.Sprintf(`"base":"%s"`, replica.SnapshotName(base))) {
-		t.Fatalf("b did not resume incrementally from its last complete snapshot %d", base)
+		t.Fatalf("b did not resume incrementally from its last complete snapshot %s", replica.SnapshotName(base))
 	}
 	t.Logf("after a killed incremental transfer, b resumed from its last complete snapshot and holds %s", sum)
 }
@@ -151,7 +151,7 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	c.eventually("b reported what it holds", 20*time.Second, func() bool {
 		st, _ := c.state.Get(ctx, c.id)
 		b, _ := st.Replica("b")
-		return b.Snapshot > 0 && b.Snapshot == c.newestStored("b")
+		return b.Snapshot > 0 && b.Holds() == c.newestStored("b")
 	})
 	// b is cut off; a keeps writing and snapshotting: writes b never sees.
 	c.stop("b")
@@ -201,7 +201,8 @@ func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeExactlyOneDeletes(t *tes
 	c.converged("a", "b", "c")
 	// The primary stops (as at unpublish): b and c hold its newest snapshot.
 	c.stop("a")
-	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Demote(s, "a", s.Epoch) }); err != nil {
+	final := c.newestStored("a")
+	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Demote(s, "a", s.Epoch, final) }); err != nil {
 		t.Fatal(err)
 	}
 	c.eventually("b and c report a's newest snapshot", 20*time.Second, func() bool {
@@ -252,7 +253,7 @@ func TestAPeerAskingForAForeignDatasetOrAPathIsRefusedAndLogged(t *testing.T) {
 	if out, err := exec.Command("zfs", "create", foreign).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	_ = exec.Command("zfs", "snapshot", foreign+"@ferry-1").Run()
+	_ = exec.Command("zfs", "snapshot", foreign+"@ferry-1-1").Run()
 	t.Cleanup(func() { _ = exec.Command("zfs", "destroy", "-r", foreign).Run() })
 	creds, err := peer.ClientTLS(peer.TLSFiles{Cert: certs["b"].Cert, Key: certs["b"].Key, CA: certs["b"].CA})
 	if err != nil {
@@ -262,10 +263,10 @@ func TestAPeerAskingForAForeignDatasetOrAPathIsRefusedAndLogged(t *testing.T) {
 	defer client.Close()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "stranger", To: "ferry-1"}); !errors.Is(err, ports.ErrNotOwned) {
+	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "stranger", To: "ferry-1-1"}); !errors.Is(err, ports.ErrNotOwned) {
 		t.Fatalf("a dataset Ferry does not own: %v, want ErrNotOwned", err)
 	}
-	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "../../etc", To: "ferry-1"}); !errors.Is(err, ports.ErrInvalid) {
+	if _, err := client.Fetch(cctx, "a", ports.SendRequest{Volume: "../../etc", To: "ferry-1-1"}); !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a path: %v, want ErrInvalid", err)
 	}
 	time.Sleep(200 * time.Millisecond)

@@ -95,8 +95,8 @@ func run(sizeMiB int, changedPct float64, rounds int) error {
 	if err := b.prepare(); err != nil {
 		return err
 	}
-	full := b.measure("full", rounds, ports.SendRequest{Volume: "bench", To: "ferry-1"}, "")
-	incr := b.measure("incremental", rounds, ports.SendRequest{Volume: "bench", From: "ferry-1", To: "ferry-2"}, "ferry-1")
+	full := b.measure("full", rounds, ports.SendRequest{Volume: "bench", To: "ferry-1-1"}, "")
+	incr := b.measure("incremental", rounds, ports.SendRequest{Volume: "bench", From: "ferry-1-1", To: "ferry-1-2"}, "ferry-1-1")
 	if full.err != nil || incr.err != nil {
 		return fmt.Errorf("full: %v, incremental: %v", full.err, incr.err)
 	}
@@ -163,7 +163,7 @@ func (b *bench) prepare() error {
 	if err := dd("/dev/urandom", file, b.size>>20, 0, false); err != nil {
 		return err
 	}
-	if _, err := b.srcS.CreateSnapshot(ctx, "bench", "ferry-1", nil); err != nil {
+	if _, err := b.srcS.CreateSnapshot(ctx, "bench", "ferry-1-1", nil); err != nil {
 		return err
 	}
 	// Overwrite change bytes in place, spread as 1 MiB blocks.
@@ -174,7 +174,7 @@ func (b *bench) prepare() error {
 			return err
 		}
 	}
-	_, err = b.srcS.CreateSnapshot(ctx, "bench", "ferry-2", nil)
+	_, err = b.srcS.CreateSnapshot(ctx, "bench", "ferry-1-2", nil)
 	return err
 }
 
