@@ -14,6 +14,9 @@ var (
 	ErrUnknownReplica = errors.New("no replica on that node")
 	// ErrFenced: the replica acts for an epoch that has ended.
 	ErrFenced = errors.New("fenced: a newer primary has taken over")
+	// ErrStaleView: a decision rested on a view of the shared state that
+	// the newest one contradicts; re-read it and decide again.
+	ErrStaleView = errors.New("decided on a stale view of the shared state")
 	// ErrModified: an incremental receive found the replica's dataset
 	// changed since its newest snapshot (the store refuses to apply over
 	// changes); the caller wraps the store's error with it.
@@ -42,27 +45,42 @@ func (s *State) NewestReplica() (Replica, bool) {
 }
 
 // ChooseSource picks the peer a replica on self should fetch from: the
-// newest replica other than itself, if it is newer than self, skipping the
-// nodes in avoid (peers whose listing or transfer just failed: the next
-// replica newer than self is tried instead of waiting for one that is
-// down). Ties are broken by node name. The primary is also chosen when it
-// is at self's number and epoch with another GUID, so that the divergence
-// is planned (and raised) rather than unseen.
+// newest replica other than itself, if it is newer than self. Ties are
+// broken by node name, skipping the nodes in avoid (peers whose listing
+// or transfer just failed): the next replica as new as the best is tried
+// instead of waiting for one that is down. An older replica is never
+// chosen over the best: its copy may be about to be rolled back or
+// replaced, and what it holds is stale anyway. When every replica as new
+// as the best is avoided, the best is chosen again (the caller's back-off
+// spaces the retries). The primary is also chosen when it is at self's
+// number and epoch with another GUID, so that the divergence is planned
+// (and raised) rather than unseen.
 func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 	me, _ := s.Replica(self)
-	var best Replica
-	found := false
+	var best, alt Replica
+	found, altFound := false, false
 	for _, r := range s.Replicas {
 		diverged := r.Node == s.Primary && me.Snapshot != 0 && r.Snapshot == me.Snapshot &&
 			r.SnapshotEpoch == me.SnapshotEpoch && r.SnapshotGUID != me.SnapshotGUID
-		if r.Node == self || avoid[r.Node] || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
+		if r.Node == self || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
 			continue
 		}
 		if !found || newerReplica(r, best) {
 			best, found = r, true
 		}
 	}
-	return best, found
+	if !found || !avoid[best.Node] {
+		return best, found
+	}
+	for _, r := range s.Replicas {
+		if r.Node != self && !avoid[r.Node] && r.Holds() == best.Holds() && !altFound {
+			alt, altFound = r, true
+		}
+	}
+	if altFound {
+		return alt, true
+	}
+	return best, true
 }
 
 // IsReady says whether replica r (as it is now, which may be newer than

@@ -32,6 +32,7 @@ type Machine struct {
 
 	state     State
 	haveState bool
+	seenEpoch Epoch // the newest epoch observed: older views are ignored
 	local     []Snap
 	hasData   bool
 	haveLocal bool
@@ -182,7 +183,8 @@ type TakeSnapshot struct {
 
 // StepDown: end this primary's term of Epoch (Demote), recording Final
 // (its newest snapshot, taken after its last write) in the same
-// compare-and-swap.
+// compare-and-swap. Epoch 0 only confirms, on the newest state, that this
+// replica is not the active primary.
 type StepDown struct {
 	Epoch Epoch
 	Final Snap
@@ -219,7 +221,12 @@ func (Alert) action()            {}
 func (m *Machine) Step(ev Event) error {
 	switch e := ev.(type) {
 	case Observed:
-		m.state, m.haveState = e.State, true
+		if e.State.Epoch < m.seenEpoch {
+			// A lagging read: epochs only grow, so this view is older than
+			// one already seen. It is not decided on; the next read is.
+			break
+		}
+		m.state, m.haveState, m.seenEpoch = e.State, true, e.State.Epoch
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		m.hasData = e.HasData || len(e.Snaps) > 0
@@ -299,9 +306,12 @@ func (m *Machine) done(e ActionDone) {
 		}
 	case StepDown:
 		m.haveState = false
-		if e.Err == nil || errors.Is(e.Err, ErrFenced) {
+		switch {
+		case e.Err == nil || errors.Is(e.Err, ErrFenced):
 			// Fenced: another primary took over; this term ended anyway.
 			m.releasing, m.released = false, true
+		case errors.Is(e.Err, ErrStaleView):
+			m.finalTaken = false // a final snapshot of the right term first
 		}
 	case LeaveVolume:
 		m.haveState = false
@@ -347,17 +357,23 @@ func (m *Machine) decide() Action {
 	if len(m.local) > 0 {
 		newest = m.local[len(m.local)-1]
 	}
-	if m.terminating {
-		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
-	}
 	if m.releasing {
-		if !m.isPrimary(self) {
-			m.releasing, m.released = false, true // nothing to hand over
-		} else if !m.finalTaken {
+		// A release finishes before anything else, leaving included: an
+		// active primary may not leave, and its last writes must be
+		// snapshotted and recorded.
+		switch {
+		case !m.isPrimary(self):
+			// Nothing to hand over, as far as this view tells: confirmed
+			// on the newest state (the view may lag).
+			return StepDown{}
+		case !m.finalTaken || newest.Epoch != m.state.Epoch:
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
-		} else {
+		default:
 			return StepDown{Epoch: m.state.Epoch, Final: newest}
 		}
+	}
+	if m.terminating {
+		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
 	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
@@ -380,9 +396,8 @@ func (m *Machine) decide() Action {
 		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's"}
 	}
 	src, ok := ChooseSource(m.state, m.cfg.Self, m.avoid)
-	if !ok && len(m.avoid) > 0 {
-		m.avoid = nil // every newer replica failed once: start over from the best
-		src, ok = ChooseSource(m.state, m.cfg.Self, nil)
+	if ok && m.avoid[src.Node] {
+		m.avoid = nil // every replica as new as the best failed once: start over
 	}
 	if !ok {
 		return m.retention()

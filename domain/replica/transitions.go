@@ -85,18 +85,34 @@ func Promote(s *State, node Node) error {
 // Demote ends node's term as the active primary of epoch, recording its
 // final snapshot (taken after the last write, before this call) in the
 // same compare-and-swap: no other replica can be promoted before it holds
-// that snapshot, so a handover never loses the last writes. A primary of an
-// older epoch is fenced: ErrFenced.
+// that snapshot, so a handover never loses the last writes.
+//
+// It runs on the newest state, so it also settles a release decided on a
+// view that lagged: epoch 0 asks only to confirm that node is not the
+// active primary (nil if so); a node that is the active primary of
+// another epoch than the one its final snapshot was taken in, or that
+// asks to confirm while active, gets ErrStaleView (re-read, decide
+// again); a primary that is no longer the volume's is fenced (ErrFenced).
+// Demoting a node that is already inactive is a no-op.
 func Demote(s *State, node Node, epoch Epoch, final Snap) error {
-	if s.Epoch != epoch || s.Primary != node {
-		return fmt.Errorf("demote %s of epoch %d: volume is at epoch %d with primary %q: %w", node, epoch, s.Epoch, s.Primary, ErrFenced)
-	}
 	i := s.index(node)
-	if i < 0 {
-		return fmt.Errorf("demote %s: %w", node, ErrUnknownReplica)
+	active := i >= 0 && s.Replicas[i].Active && s.Primary == node
+	switch {
+	case epoch == 0 && active:
+		return fmt.Errorf("%s is the active primary of epoch %d: %w", node, s.Epoch, ErrStaleView)
+	case epoch == 0:
+		return nil
+	case s.Primary != node:
+		return fmt.Errorf("demote %s of epoch %d: volume is at epoch %d with primary %q: %w", node, epoch, s.Epoch, s.Primary, ErrFenced)
+	case s.Epoch != epoch && active:
+		return fmt.Errorf("demote %s: its final snapshot is of epoch %d, it is the primary of epoch %d: %w", node, epoch, s.Epoch, ErrStaleView)
+	case s.Epoch != epoch:
+		return fmt.Errorf("demote %s of epoch %d: volume is at epoch %d: %w", node, epoch, s.Epoch, ErrFenced)
+	case !active:
+		return nil
 	}
 	if final.Number == 0 || final.Epoch != epoch {
-		return fmt.Errorf("demote %s of epoch %d: the final snapshot %d of epoch %d is not of its term", node, epoch, final.Number, final.Epoch)
+		return fmt.Errorf("demote %s of epoch %d: the final snapshot %d of epoch %d is not of its term: %w", node, epoch, final.Number, final.Epoch, ErrStaleView)
 	}
 	if err := Report(s, node, final, true); err != nil {
 		return err
@@ -160,8 +176,8 @@ func (s *State) index(n Node) int {
 
 // Takeover makes node the active primary in place of lost, a primary that
 // can no longer serve (its node is gone, or its lease ran out). node must
-// be the newest of the remaining replicas, counting what another replica
-// may hold without having reported it yet (its fetch target) as held:
+// be ready and the newest of the remaining replicas, counting what another
+// replica may hold without having reported it yet (its fetch target) as held:
 // writes lost made after that snapshot are given up (at most one snapshot
 // interval), and lost is fenced: its later snapshots are of an older
 // epoch, so when it returns it rolls them back (PlanRollbackIncremental)
@@ -178,6 +194,11 @@ func Takeover(s *State, node, lost Node) error {
 		// An empty successor would snapshot nothing as the newest data and
 		// make every returning replica replace its copy with it.
 		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
+	}
+	if !s.Replicas[i].Ready {
+		// More than the allowed lag behind: taking over would give up more
+		// than the writes of one snapshot interval.
+		return fmt.Errorf("takeover by %s: it is not ready (more than the allowed lag behind): %w", node, ErrBehind)
 	}
 	mine := s.Replicas[i].Holds()
 	for _, r := range s.Replicas {

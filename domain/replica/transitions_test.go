@@ -44,8 +44,14 @@ func TestPromoteStartsANewEpochAndRefusesASecondActivePrimary(t *testing.T) {
 		t.Fatalf("second primary: %v, want ErrPrimaryActive", err)
 	}
 	final := Snap{Number: 6, Epoch: 2, GUID: 66}
-	if err := Demote(&s, "a", 1, final); !errors.Is(err, ErrFenced) {
-		t.Fatalf("demote with an old epoch: %v, want ErrFenced", err)
+	if err := Demote(&s, "a", 1, final); !errors.Is(err, ErrStaleView) {
+		t.Fatalf("demote of the active primary with an old epoch: %v, want ErrStaleView", err)
+	}
+	if err := Demote(&s, "a", 0, Snap{}); !errors.Is(err, ErrStaleView) {
+		t.Fatalf("confirming that the active primary is not active: %v, want ErrStaleView", err)
+	}
+	if err := Demote(&s, "b", 2, Snap{Number: 6, Epoch: 2}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("demote of a replica that is not the primary: %v, want ErrFenced", err)
 	}
 	if err := Demote(&s, "a", 2, Snap{Number: 5, Epoch: 1}); err == nil || !s.Replicas[0].Active {
 		t.Fatalf("demote carrying a snapshot of an earlier term: %v, %+v", err, s.Replicas[0])

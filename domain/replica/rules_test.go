@@ -1,0 +1,170 @@
+package replica
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// One test per rule, each checked to fail when its rule is removed.
+
+func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *testing.T) {
+	base := func() State {
+		return State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
+			{Node: "b", Snapshot: 7, SnapshotEpoch: 2, Ready: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		}}
+	}
+	s := base()
+	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) || s.Epoch != 2 {
+		t.Fatalf("b took over although c holds a newer snapshot: %v (epoch %d)", err, s.Epoch)
+	}
+	s = base()
+	s.Replicas[2].Snapshot, s.Replicas[2].Fetching = 7, Snap{Number: 9, Epoch: 2}
+	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+		t.Fatalf("b took over although c may hold 9 it has not reported yet: %v", err)
+	}
+	s = base()
+	if err := Takeover(&s, "c", "a"); err != nil || s.Epoch != 3 || s.Primary != "c" {
+		t.Fatalf("the newest ready replica could not take over: %v, %+v", err, s)
+	}
+}
+
+func TestTakeoverRefusesAReplicaThatIsNotReady(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 40, SnapshotEpoch: 2, Active: true},
+		{Node: "b", Snapshot: 3, SnapshotEpoch: 2, Ready: false},
+	}}
+	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+		t.Fatalf("a replica far behind took over, giving up far more than one interval of writes: %v", err)
+	}
+}
+
+func TestLeaveRefusesTheActivePrimary(t *testing.T) {
+	// Enough copies elsewhere: only its being the active primary stops it.
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 5, SnapshotEpoch: 2, Active: true},
+		{Node: "b", Snapshot: 5, SnapshotEpoch: 2},
+		{Node: "c", Snapshot: 5, SnapshotEpoch: 2},
+	}}
+	_, err := Leave(&s, "a", Holding{Newest: Snap{Number: 5, Epoch: 2}, HasData: true}, false)
+	if !errors.Is(err, ErrUnsafe) || len(s.Replicas) != 3 {
+		t.Fatalf("the active primary left: %v, %+v", err, s.Replicas)
+	}
+}
+
+// machineAt returns b's machine having observed s and its local snapshots.
+func machineAt(t *testing.T, s State, local []Snap, hasData bool) *Machine {
+	t.Helper()
+	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 100})
+	if err := m.Step(Observed{State: s}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Step(LocalRead{Snaps: local, HasData: hasData}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestDataNeverSnapshottedIsNeverReceivedOverAndRaisedOnce(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 5, SnapshotEpoch: 1, Active: true, Ready: true},
+		{Node: "b"},
+	}}
+	m := machineAt(t, s, nil, true)
+	a, ok := m.Next()
+	al, isAlert := a.(Alert)
+	if !ok || !isAlert || !strings.Contains(al.Reason, "without any replication snapshot") {
+		t.Fatalf("a dataset with writes never snapshotted: next action %#v, want the alert", a)
+	}
+	_ = m.Step(ActionDone{Action: a})
+	_ = m.Step(Tick{})
+	_ = m.Step(Observed{State: s})
+	_ = m.Step(LocalRead{HasData: true})
+	if a, ok := m.Next(); ok {
+		t.Fatalf("after the alert: %#v; want nothing (no fetch over the data, no second alert)", a)
+	}
+}
+
+func TestAfterItsReportTheMachineWaitsForAFreshRead(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Replicas: []Replica{{Node: "b"}}}
+	m := machineAt(t, s, []Snap{{Number: 3, Epoch: 1, GUID: 33}}, true)
+	a, ok := m.Next()
+	if _, isReport := a.(ReportSnapshot); !ok || !isReport {
+		t.Fatalf("first action %#v, want a report", a)
+	}
+	_ = m.Step(ActionDone{Action: a})
+	_ = m.Step(LocalRead{Snaps: []Snap{{Number: 3, Epoch: 1, GUID: 33}}, HasData: true})
+	if a, ok := m.Next(); ok {
+		t.Fatalf("decided %#v on the view its own report made stale; want to wait for a read", a)
+	}
+}
+
+func TestAChangedDatasetOfTheCurrentPrimaryIsSnapshottedNotDiscarded(t *testing.T) {
+	newest := Snap{Number: 5, Epoch: 3, GUID: 55}
+	changed := func(s State) Action {
+		m := machineAt(t, s, []Snap{newest}, true)
+		m.modified = true // as after a fetch that failed with ErrModified
+		a, ok := m.Next()
+		if !ok {
+			t.Fatal("no action for a changed dataset")
+		}
+		return a
+	}
+	// b was the last primary of epoch 3 and is no longer active: its
+	// changes are the volume's newest data.
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 3, Primary: "b", Replicas: []Replica{
+		{Node: "b", Snapshot: 5, SnapshotEpoch: 3, SnapshotGUID: 55, Ready: true},
+		{Node: "c", Snapshot: 5, SnapshotEpoch: 3, SnapshotGUID: 55, Ready: true},
+	}}
+	if a, ok := changed(s).(TakeSnapshot); !ok || a.Epoch != 3 || a.Number != 6 {
+		t.Fatalf("the current epoch's primary's changes: %#v, want a snapshot 6 of epoch 3", changed(s))
+	}
+	// Another replica is the primary of epoch 4: b's changes are not the
+	// volume's; they are rolled back, with a reason (raised as RolledBack).
+	s.Epoch, s.Primary = 4, "c"
+	s.Replicas[1].Active = true
+	if a, ok := changed(s).(Rollback); !ok || a.To != newest || a.Reason == "" {
+		t.Fatalf("a secondary's changes: %#v, want a rollback to its newest snapshot with a reason", changed(s))
+	}
+}
+
+func TestALaggingReadIsNotDecidedOn(t *testing.T) {
+	// b was promoted in epoch 5; a read from before (epoch 4, a primary)
+	// arrives later. b must not act as a secondary on it.
+	now := State{Volume: "v", ReplicationFactor: 1, Epoch: 5, Primary: "b", Replicas: []Replica{
+		{Node: "a", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 77, Ready: true},
+		{Node: "b", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 77, Active: true, Ready: true},
+	}}
+	old := State{Volume: "v", ReplicationFactor: 1, Epoch: 4, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 8, SnapshotEpoch: 4, SnapshotGUID: 88, Active: true, Ready: true},
+		{Node: "b", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 77, Ready: true},
+	}}
+	m := machineAt(t, now, []Snap{{Number: 7, Epoch: 4, GUID: 77}}, true)
+	if a, ok := m.Next(); ok {
+		t.Fatalf("unexpected action %#v", a)
+	}
+	_ = m.Step(Observed{State: old})
+	if a, ok := m.Next(); ok {
+		t.Fatalf("acted on a read older than one it had seen: %#v", a)
+	}
+}
+
+func TestAFailedSourceIsSkippedForAnotherAsNewNeverForAnOlderOne(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 3, Epoch: 1, Replicas: []Replica{
+		{Node: "a", Snapshot: 5, SnapshotEpoch: 1, SnapshotGUID: 5},
+		{Node: "b", Snapshot: 5, SnapshotEpoch: 1, SnapshotGUID: 5},
+		{Node: "c", Snapshot: 4, SnapshotEpoch: 1, SnapshotGUID: 4},
+		{Node: "d", Snapshot: 1, SnapshotEpoch: 1, SnapshotGUID: 1},
+	}}
+	if r, _ := ChooseSource(s, "d", nil); r.Node != "a" {
+		t.Fatalf("source %s, want a", r.Node)
+	}
+	if r, _ := ChooseSource(s, "d", map[Node]bool{"a": true}); r.Node != "b" {
+		t.Fatalf("with a failing: source %s, want b (as new as a)", r.Node)
+	}
+	if r, _ := ChooseSource(s, "d", map[Node]bool{"a": true, "b": true}); r.Node != "a" {
+		t.Fatalf("with a and b failing: source %s, want a again, never c's older copy", r.Node)
+	}
+}
