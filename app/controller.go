@@ -22,6 +22,9 @@ type Config struct {
 	Driver string       // the CSI driver name, written on every volume
 	Node   replica.Node // the node whose store this process drives
 	Pool   string       // the pool the store serves
+	// KubeletDir is the kubelet's directory: every pod target path lies
+	// below it. Empty means volume.DefaultKubeletDir.
+	KubeletDir string
 }
 
 // Volume context keys: facts fixed at creation, handed to every node call.

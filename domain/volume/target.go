@@ -36,19 +36,19 @@ func (t Target) Path() string { return path.Join(t.Root, t.Parent, t.Name) }
 func CheckPath(field, p string) error {
 	switch {
 	case p == "":
-		return invalid(field, p, "must not be empty")
+		return invalidPath(field, p, "must not be empty")
 	case len(p) > MaxPathBytes:
-		return invalid(field, p, "longer than 4096 bytes")
+		return invalidPath(field, p, "longer than 4096 bytes")
 	case strings.IndexByte(p, 0) >= 0:
-		return invalid(field, p, "must not contain a NUL byte")
+		return invalidPath(field, p, "must not contain a NUL byte")
 	}
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
-			return invalid(field, p, `must not contain a ".." component`)
+			return invalidPath(field, p, `must not contain a ".." component`)
 		}
 	}
 	if path.Clean(p) != p {
-		return invalid(field, p, "must be a clean path (no \"//\", \".\" component or trailing \"/\")")
+		return invalidPath(field, p, "must be a clean path (no \"//\", \".\" component or trailing \"/\")")
 	}
 	return nil
 }
@@ -59,13 +59,13 @@ func CheckPath(field, p string) error {
 // no I/O; the Mounter walks Parent refusing every symlink.
 func ParseTarget(field, p, root string) (Target, error) {
 	if !path.IsAbs(root) || path.Clean(root) != root {
-		return Target{}, invalid("kubelet directory", root, "must be an absolute, clean path")
+		return Target{}, invalidPath("kubelet directory", root, "must be an absolute, clean path")
 	}
 	if err := CheckPath(field, p); err != nil {
 		return Target{}, err
 	}
 	if !path.IsAbs(p) {
-		return Target{}, invalid(field, p, "must be an absolute path")
+		return Target{}, invalidPath(field, p, "must be an absolute path")
 	}
 	prefix := root + "/"
 	if root == "/" {
@@ -73,7 +73,7 @@ func ParseTarget(field, p, root string) (Target, error) {
 	}
 	rel, ok := strings.CutPrefix(p, prefix)
 	if !ok || rel == "" {
-		return Target{}, invalid(field, p, "must be below the kubelet directory "+root)
+		return Target{}, invalidPath(field, p, "must be below the kubelet directory "+root)
 	}
 	parent, name := path.Split(rel)
 	parent = path.Clean("./" + parent)
@@ -84,4 +84,10 @@ func ParseTarget(field, p, root string) (Target, error) {
 func Below(p, root string) bool {
 	_, err := ParseTarget("path", p, root)
 	return err == nil
+}
+
+// invalidPath is invalid for paths: kubelet paths run to 150 bytes, so the
+// bound is longer than for names, and NUL bytes are shown escaped.
+func invalidPath(field, value, reason string) error {
+	return &InvalidError{Field: field, Value: truncateTo(value, 256), Reason: reason}
 }
