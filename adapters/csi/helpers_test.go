@@ -61,7 +61,7 @@ func newEnv(t *testing.T, wrap ...func(*memstore.Store) ports.SnapshotStore) *en
 	log := zap.NewNop()
 	id := &csi.Identity{Name: driverName, Version: driverVersion,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
-	ctrl := &csi.Controller{UC: app.NewController(cfg, store, log)}
+	ctrl := &csi.Controller{UC: app.NewController(cfg, store, mounter, log)}
 	node := &csi.Node{UC: app.NewNode(cfg, store, mounter, log)}
 	conn := serve(t, csi.NewServer(log, id, ctrl, node))
 	return &env{

@@ -148,6 +148,9 @@ func controllerApp(o *Options) fx.Option {
 		base(o, "controller"),
 		storeModule(o),
 		fx.Provide(
+			// The mount table of the node the controller runs on: whether a
+			// volume is published (DeleteVolume refuses one in use).
+			func() ports.MountTable { return mount.Table{} },
 			app.NewController,
 			func(uc *app.Controller, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}

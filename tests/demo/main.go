@@ -209,6 +209,15 @@ func (d *demo) lifecycle() error {
 	}
 	d.say("wrote and read back %s (%d bytes, sha256 %s)", file, len(data), sum(data))
 
+	_, err = d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()})
+	if status.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("DeleteVolume of a published volume = %v, want FailedPrecondition", err)
+	}
+	if back, err := os.ReadFile(file); err != nil || string(back) != string(data) {
+		return fmt.Errorf("after a refused delete, %s = %q, %v; want %q", file, back, err, data)
+	}
+	d.say("DeleteVolume while the volume is published is refused (FailedPrecondition): the pod's data is intact")
+
 	snap, err := d.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "demo-snapshot", SourceVolumeId: v.GetVolumeId()})
 	if err != nil {
 		return fmt.Errorf("CreateSnapshot: %w", err)
