@@ -25,6 +25,9 @@ import (
 // swapped into the path after a check is never followed.
 type Linux struct {
 	Table
+	// beforeMount, when set, runs between the check of the target and the
+	// mount: a test seam to swap a symlink in at that moment.
+	beforeMount func()
 }
 
 var _ ports.Mounter = Linux{}
@@ -59,6 +62,9 @@ func (l Linux) BindMount(ctx context.Context, source string, t volume.Target, re
 		return err
 	}
 	defer unix.Close(dir)
+	if l.beforeMount != nil {
+		l.beforeMount()
+	}
 	if err := unix.Mount(source, fdPath(dir), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind mount %s at %s: %w", source, t.Path(), err)
 	}
