@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,9 @@ type Config struct {
 	Driver string       // the CSI driver name, written on every volume
 	Node   replica.Node // the node whose store this process drives
 	Pool   string       // the pool the store serves
+	// KubeletDir is the kubelet's directory: every pod target path lies
+	// below it. Empty means volume.DefaultKubeletDir.
+	KubeletDir string
 }
 
 // Volume context keys: facts fixed at creation, handed to every node call.
@@ -36,15 +40,18 @@ const (
 // on, and CreateVolume reports that node as its topology; the orchestration
 // stage moves placement to per-volume replica pods.
 type Controller struct {
-	cfg   Config
-	store ports.SnapshotStore
-	locks *Locks
-	log   *zap.Logger
+	cfg    Config
+	store  ports.SnapshotStore
+	mounts ports.MountTable
+	locks  *Locks
+	log    *zap.Logger
 }
 
-// NewController returns the controller use cases over store.
-func NewController(cfg Config, store ports.SnapshotStore, log *zap.Logger) *Controller {
-	return &Controller{cfg: cfg, store: store, locks: NewLocks(), log: log}
+// NewController returns the controller use cases over store. mounts is the
+// mount table of the node the store is on: in this stage it tells whether
+// a volume is published (DeleteVolume refuses a volume in use).
+func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Controller {
+	return &Controller{cfg: cfg, store: store, mounts: mounts, locks: NewLocks(), log: log}
 }
 
 // CreateVolumeRequest is a validated-on-use CreateVolume call.
@@ -202,7 +209,11 @@ func checkCapabilities(caps []volume.Capability) error {
 
 // DeleteVolume destroys a volume. A volume that does not exist (or an ID
 // no volume can have) is already deleted. A volume with CSI snapshots is
-// kept (ErrPrecondition): destroying it would destroy them.
+// kept (ErrPrecondition): destroying it would destroy them. A volume in
+// use is kept too (ErrPrecondition, volume.MayDelete): in this stage
+// "in use" is a mount of its filesystem on this node other than its own
+// mountpoint; the orchestration stage adds the replica state's active
+// primary.
 func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 	if volumeID == "" {
 		return &volume.InvalidError{Field: "volume_id", Reason: "must not be empty"}
@@ -230,6 +241,12 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 			return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), ErrPrecondition)
 		}
 	}
+	switch err := c.checkNotInUse(ctx, id); {
+	case errors.Is(err, ports.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
 	if err := c.store.DestroyVolume(ctx, id); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {
 			return nil
@@ -240,6 +257,29 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 		return err
 	}
 	c.log.Info("volume deleted", zap.String("volume", string(id)))
+	return nil
+}
+
+// checkNotInUse applies volume.MayDelete to what this node's mount table
+// shows of the volume.
+func (c *Controller) checkNotInUse(ctx context.Context, id volume.ID) error {
+	info, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return err
+	}
+	points, err := c.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return fmt.Errorf("volume %s: reading the mount table: %w", id, err)
+	}
+	var use volume.Use
+	for _, p := range points {
+		if p != path.Clean(info.MountPath) {
+			use.Mounts = append(use.Mounts, p)
+		}
+	}
+	if v := volume.MayDelete(use); !v.Allowed() {
+		return fmt.Errorf("volume %s is %s; unpublish it first: %w", id, v, ErrPrecondition)
+	}
 	return nil
 }
 

@@ -24,8 +24,16 @@ var (
 )
 
 func newController(t *testing.T) (*app.Controller, *mocks.MockSnapshotStore) {
-	store := mocks.NewMockSnapshotStore(gomock.NewController(t))
-	return app.NewController(cfg, store, zap.NewNop()), store
+	c, store, _ := newControllerWithMounts(t)
+	return c, store
+}
+
+// newControllerWithMounts also returns the mount table the controller
+// reads (DeleteVolume); a call a test did not expect fails it.
+func newControllerWithMounts(t *testing.T) (*app.Controller, *mocks.MockSnapshotStore, *mocks.MockMountTable) {
+	ctrl := gomock.NewController(t)
+	store, mounts := mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMountTable(ctrl)
+	return app.NewController(cfg, store, mounts, zap.NewNop()), store, mounts
 }
 
 func notFound(id string) error { return fmt.Errorf("volume %s: %w", id, ports.ErrNotFound) }
@@ -145,12 +153,14 @@ func TestACopyThatFailsHalfwayIsDestroyed(t *testing.T) {
 }
 
 func TestDeleteVolumeKeepsAVolumeWithCSISnapshotsButNotForReplicationSnapshots(t *testing.T) {
-	c, store := newController(t)
+	c, store, mounts := newControllerWithMounts(t)
 	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}, {Volume: "v", Name: "csi-keep"}}, nil)
 	if err := c.DeleteVolume(ctx, "v"); !errors.Is(err, app.ErrPrecondition) {
 		t.Fatalf("err = %v, want ErrPrecondition", err)
 	}
 	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}}, nil)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	mounts.EXPECT().MountsOf("ferry/ferry/v").Return([]string{"/ferry/ferry/v"}, nil) // its own mountpoint only
 	store.EXPECT().DestroyVolume(gomock.Any(), volume.ID("v")).Return(nil)
 	if err := c.DeleteVolume(ctx, "v"); err != nil {
 		t.Fatal(err)
@@ -161,6 +171,18 @@ func TestDeleteVolumeKeepsAVolumeWithCSISnapshotsButNotForReplicationSnapshots(t
 	}
 	if err := c.DeleteVolume(ctx, "../etc"); err != nil {
 		t.Fatalf("an ID no volume can have is already deleted: %v", err)
+	}
+}
+
+func TestDeleteVolumeRefusesAVolumeMountedForAPodAndDestroysNothing(t *testing.T) {
+	c, store, mounts := newControllerWithMounts(t)
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return(nil, nil)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	mounts.EXPECT().MountsOf("ferry/ferry/v").Return([]string{"/ferry/ferry/v", "/var/lib/kubelet/pods/p/mount"}, nil)
+	// No DestroyVolume expected: gomock fails the test if it is called.
+	err := c.DeleteVolume(ctx, "v")
+	if !errors.Is(err, app.ErrPrecondition) || !strings.Contains(err.Error(), "/var/lib/kubelet/pods/p/mount") {
+		t.Fatalf("err = %v, want ErrPrecondition naming the pod's mount", err)
 	}
 }
 

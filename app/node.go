@@ -2,8 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"path/filepath"
+	"path"
 
 	"go.uber.org/zap"
 
@@ -24,6 +25,9 @@ type Node struct {
 
 // NewNode returns the node use cases.
 func NewNode(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Logger) *Node {
+	if cfg.KubeletDir == "" {
+		cfg.KubeletDir = volume.DefaultKubeletDir
+	}
 	return &Node{cfg: cfg, store: store, mount: mount, locks: NewLocks(), log: log}
 }
 
@@ -39,7 +43,11 @@ type PublishRequest struct {
 }
 
 // Publish bind-mounts the volume's dataset at the target path, read-only
-// when asked (or when the access mode never writes). Publishing the same
+// when asked (or when the access mode never writes). The target must be a
+// clean absolute path below the kubelet directory (volume.ParseTarget);
+// only its last component may be created, and no symlink on the way is
+// followed (the Mounter's contract): anything else answers InvalidError or
+// ports.ErrInvalid with nothing created or mounted. Publishing the same
 // volume at the same target the same way again succeeds; a target holding
 // something else, or this volume with the other read-only flag, answers
 // ErrIncompatible.
@@ -48,7 +56,7 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 	if err != nil {
 		return err
 	}
-	target, err := checkTarget(req.TargetPath)
+	target, err := volume.ParseTarget("target_path", req.TargetPath, n.cfg.KubeletDir)
 	if err != nil {
 		return err
 	}
@@ -65,8 +73,8 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 	if err != nil {
 		return err
 	}
-	log := n.log.With(zap.String("volume", string(id)), zap.String("target", target))
-	m, mounted, err := n.mount.MountAt(target)
+	log := n.log.With(zap.String("volume", string(id)), zap.String("target", target.Path()))
+	m, mounted, err := n.mount.MountAt(target.Path())
 	if err != nil {
 		return err
 	}
@@ -74,7 +82,7 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 		if m.Source == info.MountSource && m.ReadOnly == readOnly {
 			return nil
 		}
-		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target, m.Source, m.ReadOnly, ErrIncompatible)
+		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, ErrIncompatible)
 	}
 	log.Info("publishing volume", zap.Bool("readOnly", readOnly))
 	if err := n.mount.BindMount(ctx, info.MountPath, target, readOnly); err != nil {
@@ -84,14 +92,31 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 	return nil
 }
 
+// maxStacked bounds the unmounts of one Unpublish: a mount that does not
+// go away must not turn into an endless loop.
+const maxStacked = 16
+
 // Unpublish unmounts the volume from the target path and removes the
-// directory. A target that is not mounted is already unpublished.
+// target directory. It removes only what Ferry put there:
+//
+//   - mounts of this volume's filesystem, as many as are stacked at the
+//     target;
+//   - any other mount at the target (another filesystem, another volume,
+//     or any mount once the volume no longer exists, when nothing proves
+//     the mount is Ferry's) is left alone and answers ErrPrecondition: the
+//     kubelet must not believe the target clean;
+//   - then the target directory, only if it is empty (rmdir): a non-empty
+//     directory that nothing is mounted on is left as it is.
+//
+// A target that is not mounted is already unpublished (OK), whether or not
+// the volume still exists: after DeleteVolume the kubelet must not retry
+// for ever.
 func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return err
 	}
-	target, err := checkTarget(targetPath)
+	target, err := volume.ParseTarget("target_path", targetPath, n.cfg.KubeletDir)
 	if err != nil {
 		return err
 	}
@@ -100,44 +125,76 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 		return fmt.Errorf("unpublish volume %s: %w", id, ErrPending)
 	}
 	defer unlock()
+	log := n.log.With(zap.String("volume", string(id)), zap.String("target", target.Path()))
+	source := "" // the volume's mount source; empty once the volume is gone
 	info, err := n.store.GetVolume(ctx, id)
-	if err != nil {
-		return err // NotFound included: never unmount on a guess
+	switch {
+	case err == nil:
+		source = info.MountSource
+	case errors.Is(err, ports.ErrNotFound), errors.Is(err, ports.ErrNotOwned):
+	default:
+		return err
 	}
-	m, mounted, err := n.mount.MountAt(target)
+	for i := 0; ; i++ {
+		m, mounted, err := n.mount.MountAt(target.Path())
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			break
+		}
+		if source == "" || m.Source != source {
+			log.Warn("target holds a mount that is not this volume's: left alone", zap.String("source", m.Source))
+			return fmt.Errorf("target %s holds %s, not volume %s; it is left alone: %w", target.Path(), m.Source, id, ErrPrecondition)
+		}
+		if i == maxStacked {
+			return fmt.Errorf("volume %s is still mounted at %s after %d unmounts", id, target.Path(), i)
+		}
+		if err := n.mount.Unmount(ctx, target); err != nil {
+			return err
+		}
+	}
+	removed, err := n.mount.RemoveDir(target)
 	if err != nil {
 		return err
 	}
-	if mounted && m.Source != info.MountSource {
-		// Something else is mounted there: this volume is not published at
-		// target, which is what the caller wants; leave the other alone.
-		n.log.Warn("target holds another filesystem: not unmounting it", zap.String("volume", string(id)),
-			zap.String("target", target), zap.String("source", m.Source))
-		return nil
+	if !removed {
+		log.Info("target not removed: absent, or not an empty directory")
 	}
-	if err := n.mount.Unmount(ctx, target); err != nil {
-		return err
-	}
-	n.log.Info("volume unpublished", zap.String("volume", string(id)), zap.String("target", target))
+	log.Info("volume unpublished")
 	return nil
 }
 
+// volumePath checks a NodeGetVolumeStats / NodeExpandVolume volume_path.
+// Hostile paths (traversal, NUL, overlong, unclean) are refused with an
+// InvalidError; a well-formed path where no volume can be published (a
+// relative path, a path outside the kubelet directory other than the
+// volume's own mountpoint) is not where the volume is: ErrNotFound, the
+// code the CSI spec and csi-sanity give "volume does not exist at path".
+func (n *Node) volumePath(id volume.ID, info ports.VolumeInfo, p string) error {
+	if p == path.Clean(info.MountPath) || volume.Below(p, n.cfg.KubeletDir) {
+		return nil
+	}
+	return fmt.Errorf("volume %s is not published at %q: %w", id, p, ports.ErrNotFound)
+}
+
 // Stats reports usage of a published volume at path.
-func (n *Node) Stats(ctx context.Context, volumeID, path string) (ports.FsStats, error) {
+func (n *Node) Stats(ctx context.Context, volumeID, p string) (ports.FsStats, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return ports.FsStats{}, err
 	}
+	if err := volume.CheckPath("volume_path", p); err != nil {
+		return ports.FsStats{}, err
+	}
 	info, err := n.store.GetVolume(ctx, id)
 	if err != nil {
 		return ports.FsStats{}, err
 	}
-	p, err := checkTarget(path)
-	if err != nil {
-		// No volume is published at a path that is not absolute.
-		return ports.FsStats{}, fmt.Errorf("volume %s at %q: %v: %w", id, path, err, ports.ErrNotFound)
+	if err := n.volumePath(id, info, p); err != nil {
+		return ports.FsStats{}, err
 	}
-	if p != filepath.Clean(info.MountPath) {
+	if p != path.Clean(info.MountPath) {
 		m, mounted, err := n.mount.MountAt(p)
 		if err != nil {
 			return ports.FsStats{}, err
@@ -151,31 +208,20 @@ func (n *Node) Stats(ctx context.Context, volumeID, path string) (ports.FsStats,
 
 // Expand reports the volume's size after a controller expansion: a ZFS
 // filesystem grows with its quota, nothing is left to do on the node.
-func (n *Node) Expand(ctx context.Context, volumeID, path string) (int64, error) {
+func (n *Node) Expand(ctx context.Context, volumeID, p string) (int64, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
+		return 0, err
+	}
+	if err := volume.CheckPath("volume_path", p); err != nil {
 		return 0, err
 	}
 	info, err := n.store.GetVolume(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := checkTarget(path); err != nil {
-		return 0, fmt.Errorf("volume %s at %q: %v: %w", id, path, err, ports.ErrNotFound)
+	if err := n.volumePath(id, info, p); err != nil {
+		return 0, err
 	}
 	return info.CapacityBytes, nil
-}
-
-// checkTarget accepts absolute paths only, cleaned; kubelet always sends
-// one, so anything else is a mistake or an attack.
-func checkTarget(p string) (string, error) {
-	switch {
-	case p == "":
-		return "", &volume.InvalidError{Field: "target_path", Reason: "must not be empty"}
-	case !filepath.IsAbs(p):
-		return "", &volume.InvalidError{Field: "target_path", Value: p, Reason: "must be an absolute path"}
-	case len(p) > 4096:
-		return "", &volume.InvalidError{Field: "target_path", Value: p[:64], Reason: "longer than 4096 bytes"}
-	}
-	return filepath.Clean(p), nil
 }

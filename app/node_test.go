@@ -21,12 +21,17 @@ func newNode(t *testing.T) (*app.Node, *mocks.MockSnapshotStore, *mocks.MockMoun
 
 var vol = ports.VolumeInfo{ID: "v", MountPath: "/ferry/ferry/v", MountSource: "ferry/ferry/v", CapacityBytes: volume.GiB}
 
+// podTarget is a kubelet target path below the default kubelet directory.
+const podTarget = "/var/lib/kubelet/pods/x/mount"
+
+var podTargetParts = volume.Target{Root: "/var/lib/kubelet", Parent: "pods/x", Name: "mount"}
+
 func TestPublishBindMountsReadOnlyWhenTheModeNeverWrites(t *testing.T) {
 	n, store, mnt := newNode(t)
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
-	mnt.EXPECT().MountAt("/pods/x/mount").Return(ports.Mount{}, false, nil)
-	mnt.EXPECT().BindMount(gomock.Any(), "/ferry/ferry/v", "/pods/x/mount", true).Return(nil)
-	err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: "/pods/x/mount", Capability: volume.Capability{Mode: volume.SingleNodeReaderOnly}})
+	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	mnt.EXPECT().BindMount(gomock.Any(), "/ferry/ferry/v", podTargetParts, true).Return(nil)
+	err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeReaderOnly}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +40,8 @@ func TestPublishBindMountsReadOnlyWhenTheModeNeverWrites(t *testing.T) {
 func TestPublishAgainTheSameWayMountsNothingAndAnotherWayIsRefused(t *testing.T) {
 	n, store, mnt := newNode(t)
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
-	mnt.EXPECT().MountAt("/t").Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil).Times(2)
-	req := app.PublishRequest{VolumeID: "v", TargetPath: "/t", Capability: volume.Capability{Mode: volume.SingleNodeWriter}}
+	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil).Times(2)
+	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeWriter}}
 	if err := n.Publish(ctx, req); err != nil {
 		t.Fatalf("same publish again: %v", err)
 	}
@@ -46,25 +51,85 @@ func TestPublishAgainTheSameWayMountsNothingAndAnotherWayIsRefused(t *testing.T)
 	}
 }
 
-func TestPublishRefusesRelativeTargetsBeforeTouchingAnything(t *testing.T) {
-	n, _, _ := newNode(t)
-	err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: "../../etc", Capability: volume.Capability{Mode: volume.SingleNodeWriter}})
-	var inv *volume.InvalidError
-	if !errors.As(err, &inv) {
-		t.Fatalf("err = %v, want InvalidError", err)
+// The mocks expect no call: a refused target must not reach the store or
+// the mount table.
+func TestPublishRefusesBadTargetsBeforeTouchingAnything(t *testing.T) {
+	for _, target := range []string{"../../etc", "/pods/x/mount", "/var/lib/kubelet/pods/../../../etc", "/var/lib/kubelet/pods/x\x00/mount", "/var/lib/kubelet"} {
+		n, _, _ := newNode(t)
+		err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: target, Capability: volume.Capability{Mode: volume.SingleNodeWriter}})
+		var inv *volume.InvalidError
+		if !errors.As(err, &inv) {
+			t.Fatalf("Publish at %q: err = %v, want InvalidError", target, err)
+		}
+	}
+}
+
+func TestUnpublishOfADeletedVolumeNotMountedSucceedsAndRemovesOnlyAnEmptyDirectory(t *testing.T) {
+	n, store, mnt := newNode(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{}, notFound("v"))
+	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	mnt.EXPECT().RemoveDir(podTargetParts).Return(false, nil)
+	if err := n.Unpublish(ctx, "v", podTarget); err != nil {
+		t.Fatalf("unpublish after delete: %v, want nil", err)
+	}
+}
+
+func TestUnpublishLeavesAMountThatIsNotTheVolumesAlone(t *testing.T) {
+	cases := []struct {
+		what  string
+		vol   ports.VolumeInfo
+		err   error
+		mount ports.Mount
+	}{
+		{"another filesystem", vol, nil, ports.Mount{Source: "/dev/sda1"}},
+		{"any mount once the volume is gone", ports.VolumeInfo{}, notFound("v"), ports.Mount{Source: "ferry/ferry/v"}},
+	}
+	for _, c := range cases {
+		t.Run(c.what, func(t *testing.T) {
+			n, store, mnt := newNode(t)
+			store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(c.vol, c.err)
+			mnt.EXPECT().MountAt(podTarget).Return(c.mount, true, nil)
+			// No Unmount, no RemoveDir expected.
+			if err := n.Unpublish(ctx, "v", podTarget); !errors.Is(err, app.ErrPrecondition) {
+				t.Fatalf("err = %v, want ErrPrecondition", err)
+			}
+		})
+	}
+}
+
+func TestUnpublishUnmountsEveryStackedMountOfTheVolumeThenRemovesTheDirectory(t *testing.T) {
+	n, store, mnt := newNode(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	gomock.InOrder(
+		mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil),
+		mnt.EXPECT().Unmount(gomock.Any(), podTargetParts).Return(nil),
+		mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil),
+		mnt.EXPECT().Unmount(gomock.Any(), podTargetParts).Return(nil),
+		mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil),
+		mnt.EXPECT().RemoveDir(podTargetParts).Return(true, nil),
+	)
+	if err := n.Unpublish(ctx, "v", podTarget); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestStatsOnlyForAPathWhereTheVolumeIsPublished(t *testing.T) {
 	n, store, mnt := newNode(t)
-	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
-	mnt.EXPECT().MountAt("/elsewhere").Return(ports.Mount{Source: "other"}, true, nil)
-	if _, err := n.Stats(ctx, "v", "/elsewhere"); !errors.Is(err, ports.ErrNotFound) {
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(3)
+	mnt.EXPECT().MountAt("/var/lib/kubelet/elsewhere").Return(ports.Mount{Source: "other"}, true, nil)
+	if _, err := n.Stats(ctx, "v", "/var/lib/kubelet/elsewhere"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("err = %v, want ErrNotFound", err)
 	}
-	mnt.EXPECT().MountAt("/t").Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil)
-	mnt.EXPECT().Stats("/t").Return(ports.FsStats{TotalBytes: 10}, nil)
-	if st, err := n.Stats(ctx, "v", "/t"); err != nil || st.TotalBytes != 10 {
+	if _, err := n.Stats(ctx, "v", "/etc"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("outside the kubelet dir: err = %v, want ErrNotFound", err)
+	}
+	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil)
+	mnt.EXPECT().Stats(podTarget).Return(ports.FsStats{TotalBytes: 10}, nil)
+	if st, err := n.Stats(ctx, "v", podTarget); err != nil || st.TotalBytes != 10 {
 		t.Fatalf("stats = %+v, %v", st, err)
+	}
+	var inv *volume.InvalidError
+	if _, err := n.Stats(ctx, "v", "/var/lib/kubelet/pods/../../../etc"); !errors.As(err, &inv) {
+		t.Fatalf("traversal: err = %v, want InvalidError", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -33,6 +34,16 @@ func toStatus(err error) error {
 		code = codes.Aborted
 	case errors.Is(err, app.ErrInvalidToken):
 		code = codes.Aborted
+	case errors.Is(err, ports.ErrConflict):
+		// A compare-and-swap lost to a concurrent writer: the caller retries.
+		code = codes.Aborted
+	case errors.Is(err, ports.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, replica.ErrFenced), errors.Is(err, replica.ErrPrimaryActive),
+		errors.Is(err, replica.ErrUnsafe), errors.Is(err, replica.ErrBehind):
+		// The replicas' state forbids the call now (another primary, too few
+		// copies, not caught up); it may be allowed once that state changes.
+		code = codes.FailedPrecondition
 	case errors.Is(err, app.ErrPrecondition), errors.Is(err, ports.ErrNotOwned):
 		code = codes.FailedPrecondition
 	case errors.Is(err, app.ErrIncompatible), errors.Is(err, ports.ErrExists):

@@ -176,6 +176,24 @@ func TestDeleteVolumeWithASnapshotFailsUntilTheSnapshotIsDeleted(t *testing.T) {
 	e.assertNothingCreated(t)
 }
 
+func TestDeleteVolumeOfAPublishedVolumeFailsUntilItIsUnpublished(t *testing.T) {
+	e := newEnv(t)
+	e.mustCreate(t, createReq("vol-1", 0))
+	e.writeFile(t, "vol-1", "data", "keep me")
+	_, err := e.node.NodePublishVolume(ctx(t), publishReq("vol-1", target, false))
+	wantCode(t, err, codes.OK)
+	_, err = e.ctrl.DeleteVolume(ctx(t), &spec.DeleteVolumeRequest{VolumeId: "vol-1"})
+	wantCode(t, err, codes.FailedPrecondition)
+	if ids := e.volumeIDs(t); len(ids) != 1 || e.readFile(t, "vol-1", "data") != "keep me" {
+		t.Fatalf("a refused delete changed the volume: volumes %q", ids)
+	}
+	_, err = e.node.NodeUnpublishVolume(ctx(t), &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target})
+	wantCode(t, err, codes.OK)
+	_, err = e.ctrl.DeleteVolume(ctx(t), &spec.DeleteVolumeRequest{VolumeId: "vol-1"})
+	wantCode(t, err, codes.OK)
+	e.assertNothingCreated(t)
+}
+
 func TestControllerExpandVolumeGrowsTheVolumeAndIsIdempotent(t *testing.T) {
 	e := newEnv(t)
 	e.mustCreate(t, createReq("vol-1", volume.GiB))

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +61,7 @@ func newEnv(t *testing.T, wrap ...func(*memstore.Store) ports.SnapshotStore) *en
 	log := zap.NewNop()
 	id := &csi.Identity{Name: driverName, Version: driverVersion,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
-	ctrl := &csi.Controller{UC: app.NewController(cfg, store, log)}
+	ctrl := &csi.Controller{UC: app.NewController(cfg, store, mounter, log)}
 	node := &csi.Node{UC: app.NewNode(cfg, store, mounter, log)}
 	conn := serve(t, csi.NewServer(log, id, ctrl, node))
 	return &env{
@@ -247,7 +248,8 @@ var fakeStats = ports.FsStats{
 
 func newFakeMounter() *fakeMounter { return &fakeMounter{mounts: map[string]ports.Mount{}} }
 
-func (f *fakeMounter) BindMount(ctx context.Context, source, target string, readOnly bool) error {
+func (f *fakeMounter) BindMount(ctx context.Context, source string, t volume.Target, readOnly bool) error {
+	target := t.Path()
 	f.mu.Lock()
 	hook := f.onBind
 	f.mu.Unlock()
@@ -271,11 +273,27 @@ func (f *fakeMounter) setOnBind(hook func()) {
 	f.onBind = hook
 }
 
-func (f *fakeMounter) Unmount(ctx context.Context, target string) error {
+func (f *fakeMounter) Unmount(ctx context.Context, t volume.Target) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.mounts, target)
+	delete(f.mounts, t.Path())
 	return nil
+}
+
+// RemoveDir: the fake creates no directories, so there is none to remove.
+func (f *fakeMounter) RemoveDir(t volume.Target) (bool, error) { return false, nil }
+
+func (f *fakeMounter) MountsOf(source string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for target, m := range f.mounts {
+		if m.Source == source {
+			out = append(out, target)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func (f *fakeMounter) MountAt(target string) (ports.Mount, bool, error) {

@@ -101,6 +101,9 @@ func TestNodePublishRefusesHostileVolumeIDsAndTargetsWithoutMounting(t *testing.
 		{"a relative target", "vol-1", "pods/1/mount"},
 		{"a dot-relative target", "vol-1", "../../etc"},
 		{"a target beyond 4096 bytes", "vol-1", "/" + strings.Repeat("p", 5000)},
+		{"a NUL byte in the target", "vol-1", target + "\x00/x"},
+		{"a traversing target below the kubelet dir", "vol-1", "/var/lib/kubelet/pods/../../../etc"},
+		{"a target outside the kubelet dir", "vol-1", "/etc/ferry"},
 	}
 	for _, c := range cases {
 		t.Run(c.what, func(t *testing.T) {

@@ -2,6 +2,7 @@ package csi_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	spec "github.com/container-storage-interface/spec/lib/go/csi"
@@ -57,11 +58,12 @@ func TestNodePublishVolumeTwiceTheSameWayMountsOnce(t *testing.T) {
 	if m := mounts[target]; m.Source != filepath.Join(e.dir, "vol-1") || m.ReadOnly {
 		t.Fatalf("mount at target = %+v, want the volume's directory read-write", m)
 	}
-	// A target spelled with a trailing slash is the same target.
+	// A target spelled with a trailing slash is not in its clean form: no
+	// kubelet sends one, and Ferry does not rewrite paths.
 	_, err := e.node.NodePublishVolume(ctx(t), publishReq("vol-1", target+"/", false))
-	wantCode(t, err, codes.OK)
+	wantCode(t, err, codes.InvalidArgument)
 	if _, binds := e.mount.snapshot(); binds != 1 {
-		t.Fatalf("%d bind mounts after an equivalent target, want 1", binds)
+		t.Fatalf("%d bind mounts after a refused target, want 1", binds)
 	}
 }
 
@@ -138,7 +140,12 @@ func TestNodeUnpublishVolumeAnswersCodesForBadRequests(t *testing.T) {
 		{"no volume id", &spec.NodeUnpublishVolumeRequest{TargetPath: target}, codes.InvalidArgument},
 		{"no target path", &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1"}, codes.InvalidArgument},
 		{"a relative target path", &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: "pods/x"}, codes.InvalidArgument},
-		{"an unknown volume not mounted there", &spec.NodeUnpublishVolumeRequest{VolumeId: "nope", TargetPath: target}, codes.NotFound},
+		{"a traversing target path", &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: "/var/lib/kubelet/pods/../../../etc"}, codes.InvalidArgument},
+		{"a target path outside the kubelet dir", &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: "/etc/x"}, codes.InvalidArgument},
+		{"a NUL byte in the target path", &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target + "\x00"}, codes.InvalidArgument},
+		// Not mounted there is already unpublished, known volume or not:
+		// after DeleteVolume the kubelet must not retry for ever.
+		{"an unknown volume not mounted there", &spec.NodeUnpublishVolumeRequest{VolumeId: "nope", TargetPath: target}, codes.OK},
 	}
 	for _, c := range cases {
 		t.Run(c.what, func(t *testing.T) {
@@ -150,8 +157,9 @@ func TestNodeUnpublishVolumeAnswersCodesForBadRequests(t *testing.T) {
 	}
 }
 
-// Unpublishing volume A must never tear down volume B's mount: the target
-// does not hold A, so A is already unpublished from it.
+// Unpublishing volume A must never tear down volume B's mount. The target
+// holds something that is not A: the kubelet must not believe it clean,
+// so the answer is FailedPrecondition, with B's mount left in place.
 func TestNodeUnpublishVolumeLeavesAnotherVolumesMountAlone(t *testing.T) {
 	e := newEnv(t)
 	e.mustCreate(t, createReq("vol-1", 0))
@@ -159,7 +167,7 @@ func TestNodeUnpublishVolumeLeavesAnotherVolumesMountAlone(t *testing.T) {
 	_, err := e.node.NodePublishVolume(ctx(t), publishReq("vol-2", target, false))
 	wantCode(t, err, codes.OK)
 	_, err = e.node.NodeUnpublishVolume(ctx(t), &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target})
-	wantCode(t, err, codes.OK)
+	wantCode(t, err, codes.FailedPrecondition)
 	if mounts, _ := e.mount.snapshot(); mounts[target].Source != filepath.Join(e.dir, "vol-2") {
 		t.Fatalf("unpublishing vol-1 removed vol-2's mount at the target: %v", mounts)
 	}
@@ -184,7 +192,12 @@ func TestNodeGetVolumeStatsReportsOnlyWhereTheVolumeIsPublished(t *testing.T) {
 		{"the volume's own directory", "vol-1", filepath.Join(e.dir, "vol-1"), codes.OK},
 		{"a path where nothing is published", "vol-1", "/var/lib/kubelet/pods/uid-9/mount", codes.NotFound},
 		{"a path where another volume is published", "vol-1", other, codes.NotFound},
-		{"a relative path", "vol-1", "pods/x", codes.NotFound},
+		{"a relative path (csi-sanity's \"some/path\")", "vol-1", "pods/x", codes.NotFound},
+		{"a path outside the kubelet dir", "vol-1", "/etc", codes.NotFound},
+		{"a traversing path", "vol-1", "/var/lib/kubelet/pods/../../../etc", codes.InvalidArgument},
+		{"a traversing relative path", "vol-1", "../../etc", codes.InvalidArgument},
+		{"a NUL byte", "vol-1", target + "\x00", codes.InvalidArgument},
+		{"a path beyond 4096 bytes", "vol-1", "/var/lib/kubelet/" + strings.Repeat("p", 5000), codes.InvalidArgument},
 		{"an unknown volume", "nope", target, codes.NotFound},
 		{"no volume id", "", target, codes.InvalidArgument},
 		{"no volume path", "vol-1", "", codes.InvalidArgument},
@@ -226,6 +239,9 @@ func TestNodeExpandVolumeReportsTheControllersSize(t *testing.T) {
 		{"a published volume", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target}, codes.OK},
 		{"an unknown volume", &spec.NodeExpandVolumeRequest{VolumeId: "nope", VolumePath: target}, codes.NotFound},
 		{"no volume path", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1"}, codes.InvalidArgument},
+		{"a traversing volume path", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: "/var/lib/kubelet/../../etc"}, codes.InvalidArgument},
+		{"a NUL byte in the volume path", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target + "\x00"}, codes.InvalidArgument},
+		{"a relative volume path (csi-sanity's \"some/path\")", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: "some/path"}, codes.NotFound},
 		{"block access", &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target, VolumeCapability: blockCap()}, codes.InvalidArgument},
 	}
 	for _, c := range cases {

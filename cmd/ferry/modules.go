@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
@@ -32,7 +34,7 @@ func base(o *Options, mode string) fx.Option {
 			return l
 		}),
 		fx.Provide(func() app.Config {
-			return app.Config{Driver: o.DriverName, Node: replica.Node(o.NodeID), Pool: o.Pool}
+			return app.Config{Driver: o.DriverName, Node: replica.Node(o.NodeID), Pool: o.Pool, KubeletDir: o.KubeletDir}
 		}),
 	)
 }
@@ -123,7 +125,10 @@ func daemonApp(o *Options) fx.Option {
 		base(o, "daemon"),
 		storeModule(o),
 		fx.Provide(
-			func() ports.Mounter { return mount.Linux{} },
+			func(lc fx.Lifecycle) ports.Mounter {
+				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
+				return mount.Linux{}
+			},
 			app.NewNode,
 			func(uc *app.Node, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
@@ -143,6 +148,9 @@ func controllerApp(o *Options) fx.Option {
 		base(o, "controller"),
 		storeModule(o),
 		fx.Provide(
+			// The mount table of the node the controller runs on: whether a
+			// volume is published (DeleteVolume refuses one in use).
+			func() ports.MountTable { return mount.Table{} },
 			app.NewController,
 			func(uc *app.Controller, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}
@@ -170,4 +178,22 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
 		),
 	)
+}
+
+// checkKubeletDir makes sure the kubelet directory is a directory named by
+// its canonical path: the mount table spells mount points without
+// symlinks, so target paths below a symlinked kubelet directory would
+// never be recognised as mounted.
+func checkKubeletDir(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("--kubelet-dir: %w", err)
+	}
+	if real != dir {
+		return fmt.Errorf("--kubelet-dir %s is reached through a symlink; pass its real path %s", dir, real)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--kubelet-dir %s is not a directory", dir)
+	}
+	return nil
 }

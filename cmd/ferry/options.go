@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // Options are every mode's flags; each mode registers the ones it uses.
@@ -18,6 +21,7 @@ type Options struct {
 	DriverName  string
 	NodeID      string
 	CSIEndpoint string
+	KubeletDir  string // daemon: every pod target path lies below it
 
 	Store     string // "zfs" or "memory"
 	Pool      string
@@ -75,6 +79,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	storeFlags(fs, o)
 	peerFlags(fs, o)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock", "CSI node service socket")
+	fs.StringVar(&o.KubeletDir, "kubelet-dir", volume.DefaultKubeletDir, "the kubelet's root directory (its --root-dir), as an absolute path without symlinks; NodePublishVolume mounts only below it")
 	return o
 }
 
@@ -118,6 +123,9 @@ func (o *Options) validate(mode string) error {
 	}
 	if o.Store != "zfs" && o.Store != "memory" {
 		errs = append(errs, errors.New("--store must be zfs or memory"))
+	}
+	if mode == "daemon" && (!filepath.IsAbs(o.KubeletDir) || filepath.Clean(o.KubeletDir) != o.KubeletDir) {
+		errs = append(errs, errors.New("--kubelet-dir must be an absolute, clean path"))
 	}
 	if mode == "volume-manager" {
 		if o.Volume == "" {

@@ -29,8 +29,11 @@ func invalid(field, value, reason string) error {
 }
 
 // truncate keeps hostile input (10 KB names) out of logs and error strings.
-func truncate(s string) string {
-	const max = 64
+func truncate(s string) string { return truncateTo(s, 64) }
+
+// truncateTo is truncate with another bound (a kubelet path is longer than
+// a name).
+func truncateTo(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}

@@ -22,7 +22,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/ferry-csi/ferry/tests/zfstest"
 )
@@ -33,8 +35,13 @@ func main() {
 	dir := flag.String("dir", "/var/tmp/ferry-demo", "working directory (removed at the end)")
 	pool := flag.String("pool", "ferry-demo", "name of the file-backed pool to create (destroyed at the end)")
 	flag.Parse()
-	d := &demo{ferry: *ferry, dir: *dir, pool: *pool}
-	err := d.run(*zfsUp)
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+	d := &demo{ferry: *ferry, dir: abs, pool: *pool}
+	err = d.run(*zfsUp)
 	if cerr := d.teardown(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
@@ -106,7 +113,12 @@ func (d *demo) startDriver() error {
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(d.ferry, append([]string{mode, "--csi-endpoint", "unix://" + sock}, common...)...)
+		args := append([]string{mode, "--csi-endpoint", "unix://" + sock}, common...)
+		if mode == "daemon" {
+			// The demo's directory plays the kubelet's: targets lie below it.
+			args = append(args, "--kubelet-dir", d.dir)
+		}
+		cmd := exec.Command(d.ferry, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start ferry %s: %w", mode, err)
@@ -165,6 +177,22 @@ func (d *demo) lifecycle() error {
 	d.detail("dataset %s/ferry/%s with refquota, refreservation and Ferry's user properties", d.pool, v.GetVolumeId())
 
 	target := filepath.Join(d.dir, "pods", "app", "volume")
+	// The kubelet makes the pod's directory; the driver only the last
+	// component of the target, never following a symlink.
+	for _, pod := range []string{"app", "restore"} {
+		if err := os.MkdirAll(filepath.Join(d.dir, "pods", pod), 0o750); err != nil {
+			return err
+		}
+	}
+	hostile := filepath.Join(d.dir, "pods") + "/../../../etc/ferry-demo"
+	_, err = d.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.GetVolumeId(), TargetPath: hostile, VolumeCapability: mountRW})
+	if status.Code(err) != codes.InvalidArgument {
+		return fmt.Errorf("NodePublishVolume at %s = %v, want InvalidArgument", hostile, err)
+	}
+	if _, err := os.Stat("/etc/ferry-demo"); !os.IsNotExist(err) {
+		return fmt.Errorf("a refused publish left /etc/ferry-demo behind (%v)", err)
+	}
+	d.say("NodePublishVolume at %s is refused (InvalidArgument): nothing created, nothing mounted", hostile)
 	if _, err := d.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.GetVolumeId(), TargetPath: target, VolumeCapability: mountRW}); err != nil {
 		return fmt.Errorf("NodePublishVolume: %w", err)
 	}
@@ -180,6 +208,15 @@ func (d *demo) lifecycle() error {
 		return fmt.Errorf("read back %q, %v; wrote %q", back, err, data)
 	}
 	d.say("wrote and read back %s (%d bytes, sha256 %s)", file, len(data), sum(data))
+
+	_, err = d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()})
+	if status.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("DeleteVolume of a published volume = %v, want FailedPrecondition", err)
+	}
+	if back, err := os.ReadFile(file); err != nil || string(back) != string(data) {
+		return fmt.Errorf("after a refused delete, %s = %q, %v; want %q", file, back, err, data)
+	}
+	d.say("DeleteVolume while the volume is published is refused (FailedPrecondition): the pod's data is intact")
 
 	snap, err := d.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "demo-snapshot", SourceVolumeId: v.GetVolumeId()})
 	if err != nil {

@@ -143,3 +143,45 @@ func onVolume(c corev1.Container, p string) (vol, rel string, ok bool) {
 	}
 	return vol, rel, best >= 0
 }
+
+// ---------------------------------------------------------------------------
+// 6. The pod target paths kubelet sends lie below the node plugin's
+// --kubelet-dir, at the same path inside the container as on the host
+
+func TestThePodsDirectoryIsBelowKubeletDirAtTheSamePathAsOnTheHost(t *testing.T) {
+	m := mustLoad(t)
+	for _, w := range mustWorkloads(t, m) {
+		if w.mode != "daemon" {
+			continue
+		}
+		c, ok := container(w, "ferry")
+		if !ok {
+			continue
+		}
+		argv, err := ferryArgv(c)
+		if err != nil {
+			continue
+		}
+		kubeletDir, ok := flagValue(argv, "kubelet-dir")
+		if !ok {
+			kubeletDir = ferryFlags(t, w.mode)["kubelet-dir"].def
+		}
+		v, ok := volumeNamed(w, "pods-mount-dir")
+		if !ok || v.HostPath == nil {
+			t.Errorf("%s has no hostPath volume named pods-mount-dir: pods' target paths are not reachable", w.object)
+			continue
+		}
+		hostPods := path.Clean(v.HostPath.Path)
+		for _, vm := range c.VolumeMounts {
+			if vm.Name != "pods-mount-dir" {
+				continue
+			}
+			if path.Clean(vm.MountPath) != hostPods {
+				t.Errorf("%s: container ferry mounts the pods directory at %s but it is %s on the host; kubelet's target paths would name other directories", w.object, vm.MountPath, hostPods)
+			}
+			if !strings.HasPrefix(hostPods, path.Clean(kubeletDir)+"/") {
+				t.Errorf("%s: the pods directory %s is not below --kubelet-dir=%s; every NodePublishVolume would be refused", w.object, hostPods, kubeletDir)
+			}
+		}
+	}
+}

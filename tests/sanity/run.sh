@@ -35,7 +35,9 @@ zpool create -f -m "$work/mnt-$pool" "$pool" "$work/pool.img" 2>/dev/null
 common=(--pool "$pool" --parent-dataset ferry --node-id sanity-node --log-format console --log-level info)
 "$ferry" controller "${common[@]}" --csi-endpoint "unix://$work/controller.sock" >"$work/controller.log" 2>&1 &
 pids+=($!)
-"$ferry" daemon "${common[@]}" --csi-endpoint "unix://$work/node.sock" >"$work/node.log" 2>&1 &
+# csi-sanity's mount directory ($work/target) plays the kubelet's pod
+# directories: publish targets must lie below --kubelet-dir.
+"$ferry" daemon "${common[@]}" --csi-endpoint "unix://$work/node.sock" --kubelet-dir "$work" >"$work/node.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   [ -S "$work/controller.sock" ] && [ -S "$work/node.sock" ] && break
