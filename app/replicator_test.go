@@ -133,6 +133,20 @@ func (c *cluster) newestStored(n replica.Node) replica.SnapshotNumber {
 	return newest
 }
 
+// newestStoredSnap is the newest replication snapshot n's store holds.
+func (c *cluster) newestStoredSnap(n replica.Node) replica.Snap {
+	list, _ := c.stores[n].ListSnapshots(ctx, volID)
+	var newest replica.Snap
+	for _, s := range list {
+		if num, epoch, ok := replica.ParseSnapshotName(s.Name); ok {
+			if sn := (replica.Snap{Number: num, Epoch: epoch, GUID: s.GUID}); sn.Newer(newest) {
+				newest = sn
+			}
+		}
+	}
+	return newest
+}
+
 // holds reports whether n's copy reads content in its newest snapshot's
 // data (the live file on a secondary is the received snapshot).
 func (c *cluster) holds(n replica.Node, content string) bool {
@@ -359,4 +373,126 @@ func TestSnapshotNowMakesThePrimarySnapshotWithoutWaitingForItsInterval(t *testi
 		a, _ := st.Replica("a")
 		return c.newestStored("a") == 1 && a.Snapshot == 1
 	})
+}
+
+// b's copy shares nothing with the newest and must be replaced; the first
+// full stream breaks half way. The old copy stays whole until a complete
+// one has landed, and only the completed replacement raises Replaced.
+func TestAReplacementThatFailsKeepsTheOldCopyUntilTheNewOneIsWhole(t *testing.T) {
+	c := newCluster(t, 1, "a", "b")
+	a, b := c.stores["a"], c.stores["b"]
+	c.write("a", "the newest data")
+	a3, err := a.CreateSnapshot(ctx, volID, "ferry-2-3", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.CreateVolume(ctx, volID, ports.CreateOptions{CapacityBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte("an old copy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b1, err := b.CreateSnapshot(ctx, volID, "ferry-1-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.state.Update(ctx, volID, func(st *replica.State) error {
+		st.Epoch, st.Primary = 2, "a"
+		st.Replicas = []replica.Replica{
+			{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: a3.GUID, Active: true, Ready: true},
+			{Node: "b", Snapshot: 1, SnapshotEpoch: 1, SnapshotGUID: b1.GUID},
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.net.BreakStreams("a", 16)
+	c.start("b")
+	c.eventually("b tried to replace its copy and failed", func() bool {
+		return strings.Contains(c.reps["b"].Status().LastError, "mid-stream")
+	})
+	c.stop("b")
+	if !c.holds("b", "an old copy") {
+		t.Fatal("a failed replacement destroyed b's old copy")
+	}
+	if list, _ := b.ListSnapshots(ctx, volID); len(list) != 1 || list[0].Name != "ferry-1-1" {
+		t.Fatalf("b's snapshots after a failed replacement: %+v", list)
+	}
+	if r := c.events.reasons(); strings.Contains(strings.Join(r, ","), "Replaced") {
+		t.Fatalf("Replaced raised for a replacement that failed: %v", r)
+	}
+	c.net.Heal("a")
+	c.start("b")
+	c.eventually("b holds the newest data", func() bool { return c.holds("b", "the newest data") })
+	c.eventually("the replacement raised Replaced", func() bool {
+		return strings.Contains(strings.Join(c.events.reasons(), ","), "Replaced")
+	})
+}
+
+// b received snapshot 6 of epoch 2 (the only copy of the newest) and
+// stopped before reporting it. Its epoch is in its name, so the stop lost
+// nothing: asked to go, b sees that its copy is newer than a's 5 of epoch
+// 1 and keeps it.
+func TestAReceivedSnapshotKeepsItsEpochThroughAStopAndIsNeverDeletedAsOlder(t *testing.T) {
+	c := newCluster(t, 1, "a", "b")
+	a, b := c.stores["a"], c.stores["b"]
+	a5, err := a.CreateSnapshot(ctx, volID, "ferry-1-5", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Send(ctx, ports.SendRequest{Volume: volID, To: "ferry-1-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Receive(ctx, volID, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	info, _ := b.GetVolume(ctx, volID)
+	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte("written in epoch 2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateSnapshot(ctx, volID, "ferry-2-6", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.state.Update(ctx, volID, func(st *replica.State) error {
+		st.Epoch, st.Primary = 2, "b"
+		st.Replicas = []replica.Replica{{Node: "a", Snapshot: 5, SnapshotEpoch: 1, SnapshotGUID: a5.GUID, Ready: true}, {Node: "b"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+		b, c.state, c.net, c.events, zap.NewNop())
+	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+		t.Fatalf("Terminate of the only holder of the newest snapshot: %v, want ErrUnsafe", err)
+	}
+	if !c.holds("b", "written in epoch 2") {
+		t.Fatal("b destroyed the only copy of the newest snapshot")
+	}
+}
+
+// Unpublish: the primary's last writes are in a final snapshot recorded in
+// the same compare-and-swap that ends its term; a replica that lacks it
+// cannot be promoted until it has fetched it.
+func TestReleaseSnapshotsTheLastWritesAndStepsDownCarryingThem(t *testing.T) {
+	c := newCluster(t, 1, "a", "b")
+	c.write("a", "the last write before unpublish")
+	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+		c.stores["a"], c.state, c.net, c.events, zap.NewNop())
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	r.Release()
+	c.eventually("a released", func() bool { return r.Status().Released })
+	st, _ := c.state.Get(ctx, volID)
+	a, _ := st.Replica("a")
+	if a.Active || a.Snapshot == 0 || a.Holds() != c.newestStoredSnap("a") {
+		t.Fatalf("after release a is %+v; its store's newest is %+v", a, c.newestStoredSnap("a"))
+	}
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { replica.Join(s, "b"); return replica.Promote(s, "b") }); !errors.Is(err, replica.ErrBehind) {
+		t.Fatalf("b, without the final snapshot, was promoted: %v", err)
+	}
 }

@@ -21,13 +21,14 @@ type Network struct {
 	mu     sync.Mutex
 	stores map[replica.Node]ports.SnapshotStore
 	cut    map[replica.Node]bool
+	breaks map[replica.Node]int64 // streams from the node fail after so many bytes
 }
 
 var _ ports.Transport = (*Network)(nil)
 
 // New returns a network without nodes.
 func New() *Network {
-	return &Network{stores: map[replica.Node]ports.SnapshotStore{}, cut: map[replica.Node]bool{}}
+	return &Network{stores: map[replica.Node]ports.SnapshotStore{}, cut: map[replica.Node]bool{}, breaks: map[replica.Node]int64{}}
 }
 
 // Add registers (or replaces) the store that serves node's streams. It
@@ -46,12 +47,41 @@ func (n *Network) Cut(node replica.Node) {
 	n.cut[node] = true
 }
 
-// Heal ends a partition made by Cut.
+// Heal ends a partition made by Cut, and stream breaks.
 func (n *Network) Heal(node replica.Node) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.cut, node)
+	delete(n.breaks, node)
 }
+
+// BreakStreams makes every stream fetched from node from now on fail after
+// its first `after` bytes, as a connection lost mid-transfer does.
+func (n *Network) BreakStreams(node replica.Node, after int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.breaks[node] = after
+}
+
+// brokenStream delivers the first bytes of a stream, then fails.
+type brokenStream struct {
+	r    io.ReadCloser
+	left int64
+}
+
+func (b *brokenStream) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("connection lost mid-stream: %w", ports.ErrUnavailable)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	k, err := b.r.Read(p)
+	b.left -= int64(k)
+	return k, err
+}
+
+func (b *brokenStream) Close() error { return b.r.Close() }
 
 // Snapshots lists node's snapshots of a volume, with the store's errors.
 func (n *Network) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
@@ -84,5 +114,15 @@ func (n *Network) Fetch(ctx context.Context, node replica.Node, req ports.SendRe
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, err)
 	}
-	return store.Send(ctx, req)
+	r, err := store.Send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	after, broken := n.breaks[node]
+	n.mu.Unlock()
+	if broken {
+		return &brokenStream{r: r, left: after}, nil
+	}
+	return r, nil
 }

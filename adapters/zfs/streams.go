@@ -55,7 +55,7 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 	_, err := s.GetVolume(ctx, id)
 	switch {
 	case err == nil:
-		return s.recv(ctx, id, s.dataset(id), stream)
+		return s.recvIncremental(ctx, id, stream)
 	case !errors.Is(err, ports.ErrNotFound):
 		return err // never receive into a dataset Ferry does not own
 	}
@@ -145,6 +145,31 @@ func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string)
 		return fmt.Errorf("receive %s: mounting: %w", id, err)
 	}
 	return nil
+}
+
+// recvIncremental receives into the existing volume. zfs answers "has been
+// modified" both when the volume changed since its newest snapshot and
+// when the stream's base is not that snapshot (it has newer ones): the
+// stream's header tells which, so that a stale plan is never mistaken for
+// changes to discard.
+func (s *Store) recvIncremental(ctx context.Context, id volume.ID, stream io.Reader) error {
+	tap := &headerTap{r: stream}
+	err := s.recv(ctx, id, s.dataset(id), tap)
+	if err == nil || !errors.Is(err, ports.ErrConflict) {
+		return err
+	}
+	from, ok := tap.fromGUID()
+	if !ok {
+		return err
+	}
+	list, lerr := s.ListSnapshots(context.WithoutCancel(ctx), id)
+	if lerr != nil || len(list) == 0 {
+		return err
+	}
+	if newest := list[len(list)-1]; newest.GUID != from {
+		return fmt.Errorf("receive %s: the stream's base (GUID %d) is not the newest snapshot %s: %w", id, from, newest.Name, ports.ErrBaseMismatch)
+	}
+	return err
 }
 
 // recv feeds stream to `zfs recv target` through a pipe of our own making
