@@ -79,7 +79,7 @@ func FuzzLeaveNeverDropsCopiesOfTheNewestBelowTheBudget(f *testing.F) {
 	f.Add([]byte{1, 5, 5, 4}, []byte{0, 1, 2})
 	f.Add([]byte{0, 3, 3}, []byte{0, 1})
 	f.Add([]byte{2, 7, 7, 7, 1, 0}, []byte{4, 3, 0, 1, 2})
-	f.Add([]byte{0x0d, 0x2e, 0x4e, 0x16, 0x0e}, []byte{0, 1, 2, 3})   // epochs 1-3, a lost report, a lagging entry
+	f.Add([]byte{0x0d, 0x2e, 0x4e, 0x16, 0x0e}, []byte{0, 1, 2, 3})          // epochs 1-3, a lost report, a lagging entry
 	f.Add([]byte{0x0e, 0x5f, 0x1f, 0x3f, 0x47, 0x27}, []byte{1, 2, 3, 4, 0}) // epoch 4, newer epoch with a lower number
 	f.Fuzz(func(t *testing.T, worldBytes, leavers []byte) {
 		w := decodeWorld(worldBytes)
