@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport sim
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -58,3 +58,8 @@ test: lint-layers vet unit sanity test-replication ## everything CI runs
 
 clean: ## remove build outputs
 	rm -rf $(BIN)
+
+SEEDS ?= 5000
+STEPS ?= 1500
+sim: ## the replica simulation with more seeds (SEEDS=5000 STEPS=1500)
+	go test -count=1 -run '^TestSimulation$$' ./domain/replica -sim.seeds=$(SEEDS) -sim.steps=$(STEPS)

@@ -112,6 +112,7 @@ func FuzzPromoteNeverMakesTwoPrimariesInOneEpoch(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3})
 	f.Add([]byte{0x40, 0x81, 0xc2, 0x03, 0x44})
 	f.Add([]byte{0x05, 0x00, 0x81, 0x41, 0x01, 0xc1, 0x02})
+	f.Add([]byte{0x03, 0x00, 0xc0, 0xc1, 0x81, 0xc0, 0x82, 0x00}) // promote a, reports, takeover by b, by c
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := State{Volume: "v", ReplicationFactor: 2, Epoch: 0}
 		if len(ops) > 0 {
@@ -134,6 +135,15 @@ func FuzzPromoteNeverMakesTwoPrimariesInOneEpoch(f *testing.F) {
 			case 1:
 				r, _ := s.Replica(node)
 				_ = Demote(&s, node, s.Epoch-Epoch(op>>5&1), r.Holds())
+			case 2:
+				// a takeover by node from the primary (refused unless the
+				// primary is someone else and node is ready and newest)
+				if err := Takeover(&s, node, s.Primary); err == nil {
+					if p, ok := primaryOf[s.Epoch]; ok && p != node {
+						t.Fatalf("epoch %d has primaries %s and %s", s.Epoch, p, node)
+					}
+					primaryOf[s.Epoch] = node
+				}
 			default:
 				// the node reports a new snapshot of the current epoch if it
 				// is the primary, else catches up to the newest
@@ -141,7 +151,7 @@ func FuzzPromoteNeverMakesTwoPrimariesInOneEpoch(f *testing.F) {
 				if r.Active {
 					_ = Report(&s, node, Snap{Number: s.NextSnapshot(nil), Epoch: s.Epoch}, true)
 				} else if n, ok := s.NewestReplica(); ok {
-					_ = Report(&s, node, Snap{Number: n.Snapshot, Epoch: n.SnapshotEpoch}, true)
+					_ = Report(&s, node, n.Holds(), true)
 				}
 			}
 			if err := s.Validate(); err != nil {
