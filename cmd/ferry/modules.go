@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/memstore"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/adapters/registration"
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -137,6 +138,8 @@ func daemonApp(o *Options) fx.Option {
 		),
 		fx.Invoke(
 			func(*csi.Server) {},
+			// After the CSI server: the kubelet calls NodeGetInfo at once.
+			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o, log) },
 			// One peer service per node can serve every volume of the pool.
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
 		),
@@ -178,6 +181,29 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
 		),
 	)
+}
+
+// registerWithKubelet serves the kubelet's plugin registration socket
+// (the node-driver-registrar's job, done in process).
+func registerWithKubelet(lc fx.Lifecycle, o *Options, log *zap.Logger) error {
+	if o.RegistrationDir == "none" {
+		return nil
+	}
+	reg, err := registration.New(registration.Config{Driver: o.DriverName, Dir: o.RegistrationDir, Endpoint: o.RegistrationPath}, log.Named("registration"))
+	if err != nil {
+		return err
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			if st, err := os.Stat(o.RegistrationDir); err != nil || !st.IsDir() {
+				log.Warn("the kubelet's plugin registry directory does not exist: not registering", zap.String("dir", o.RegistrationDir))
+				return nil
+			}
+			return reg.Start()
+		},
+		OnStop: func(context.Context) error { reg.Stop(); return nil },
+	})
+	return nil
 }
 
 // checkKubeletDir makes sure the kubelet directory is a directory named by

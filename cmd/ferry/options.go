@@ -22,6 +22,9 @@ type Options struct {
 	NodeID      string
 	CSIEndpoint string
 	KubeletDir  string // daemon: every pod target path lies below it
+	// daemon: registration with the kubelet (plugin registration API)
+	RegistrationDir  string
+	RegistrationPath string
 
 	Store     string // "zfs" or "memory"
 	Pool      string
@@ -80,6 +83,8 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	peerFlags(fs, o)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock", "CSI node service socket")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", volume.DefaultKubeletDir, "the kubelet's root directory (its --root-dir), as an absolute path without symlinks; NodePublishVolume mounts only below it")
+	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "the kubelet's plugin registry directory, where the registration socket is served (default <kubelet-dir>/plugins_registry; none: do not register; skipped with a warning when it does not exist)")
+	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
 	return o
 }
 
@@ -126,6 +131,20 @@ func (o *Options) validate(mode string) error {
 	}
 	if mode == "daemon" && (!filepath.IsAbs(o.KubeletDir) || filepath.Clean(o.KubeletDir) != o.KubeletDir) {
 		errs = append(errs, errors.New("--kubelet-dir must be an absolute, clean path"))
+	}
+	if mode == "daemon" {
+		if o.RegistrationDir == "" {
+			o.RegistrationDir = filepath.Join(o.KubeletDir, "plugins_registry")
+		}
+		if o.RegistrationPath == "" {
+			o.RegistrationPath = filepath.Join(o.KubeletDir, "plugins", o.DriverName, "csi.sock")
+		}
+		if o.RegistrationDir != "none" && !filepath.IsAbs(o.RegistrationDir) {
+			errs = append(errs, errors.New("--registration-dir must be an absolute path or none"))
+		}
+		if !filepath.IsAbs(o.RegistrationPath) {
+			errs = append(errs, errors.New("--kubelet-registration-path must be an absolute path"))
+		}
 	}
 	if mode == "volume-manager" {
 		if o.Volume == "" {

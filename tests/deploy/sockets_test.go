@@ -13,32 +13,15 @@ import (
 // ---------------------------------------------------------------------------
 // 5. The socket kubelet is told about is the one the node plugin serves
 
-func TestTheKubeletRegistrationPathIsInThePluginDirHostPath(t *testing.T) {
+func TestTheNodePluginRegistersTheSocketItServesInTheKubeletsRegistry(t *testing.T) {
 	m := mustLoad(t)
 	for _, w := range mustWorkloads(t, m) {
 		if w.mode != "daemon" {
 			continue
 		}
-		reg, ok := container(w, "node-driver-registrar")
-		if !ok {
-			t.Errorf("%s has no node-driver-registrar container, so kubelet never learns of the driver", w.object)
-			continue
+		if _, ok := container(w, "node-driver-registrar"); ok {
+			t.Errorf("%s runs node-driver-registrar, an image this project cannot build: ferry daemon registers itself", w.object)
 		}
-		regPath, ok := flagValue(reg.Args, "kubelet-registration-path")
-		if !ok || !path.IsAbs(regPath) {
-			t.Errorf("%s container node-driver-registrar passes no absolute --kubelet-registration-path (args %q)", w.object, reg.Args)
-			continue
-		}
-		v, ok := volumeNamed(w, "plugin-dir")
-		if !ok || v.HostPath == nil {
-			t.Errorf("%s has no hostPath volume named plugin-dir", w.object)
-			continue
-		}
-		hostDir := path.Clean(v.HostPath.Path)
-		if dir := path.Dir(path.Clean(regPath)); dir != hostDir {
-			t.Errorf("%s: node-driver-registrar --kubelet-registration-path=%s names a socket in %s, but the plugin-dir volume is hostPath %s; kubelet would dial a socket nobody serves. Make them the same directory", w.object, regPath, dir, hostDir)
-		}
-		// And the socket the ferry container serves is that file.
 		c, ok := container(w, "ferry")
 		if !ok {
 			continue
@@ -47,18 +30,53 @@ func TestTheKubeletRegistrationPathIsInThePluginDirHostPath(t *testing.T) {
 		if err != nil {
 			continue
 		}
+		kubeletDir, ok := flagValue(argv, "kubelet-dir")
+		if !ok {
+			kubeletDir = ferryFlags(t, w.mode)["kubelet-dir"].def
+		}
+		driver, ok := flagValue(argv, "driver-name")
+		if !ok {
+			driver = ferryFlags(t, w.mode)["driver-name"].def
+		}
+		regPath, ok := flagValue(argv, "kubelet-registration-path")
+		if !ok {
+			regPath = path.Join(kubeletDir, "plugins", driver, "csi.sock")
+		}
+		regDir, ok := flagValue(argv, "registration-dir")
+		if !ok {
+			regDir = path.Join(kubeletDir, "plugins_registry")
+		}
+		if regDir == "none" {
+			t.Errorf("%s: the node plugin does not register with the kubelet (--registration-dir=none)", w.object)
+			continue
+		}
+		// The registry directory is the host's, at the kubelet's path.
+		vol, rel, ok := onVolume(c, regDir)
+		if rv, found := volumeNamed(w, vol); !ok || !found || rv.HostPath == nil || path.Join(rv.HostPath.Path, rel) != path.Join(kubeletDir, "plugins_registry") {
+			t.Errorf("%s: --registration-dir %s is not the host's %s/plugins_registry", w.object, regDir, kubeletDir)
+		}
+		v, ok := volumeNamed(w, "plugin-dir")
+		if !ok || v.HostPath == nil {
+			t.Errorf("%s has no hostPath volume named plugin-dir", w.object)
+			continue
+		}
+		hostDir := path.Clean(v.HostPath.Path)
+		if dir := path.Dir(path.Clean(regPath)); dir != hostDir {
+			t.Errorf("%s: --kubelet-registration-path=%s names a socket in %s, but the plugin-dir volume is hostPath %s; kubelet would dial a socket nobody serves. Make them the same directory", w.object, regPath, dir, hostDir)
+		}
+		// And the socket the ferry container serves is that file.
 		sock, err := ferryEndpoint(t, w, argv)
 		if err != nil {
 			t.Error(err)
 			continue
 		}
-		vol, rel, ok := onVolume(c, sock)
+		vol, rel, ok = onVolume(c, sock)
 		if !ok || vol != "plugin-dir" {
 			t.Errorf("%s: container ferry serves %s, which is not on the plugin-dir volume (it is on %q)", w.object, sock, vol)
 			continue
 		}
 		if onHost := path.Join(hostDir, rel); onHost != path.Clean(regPath) {
-			t.Errorf("%s: container ferry serves %s, which is %s on the host, but node-driver-registrar --kubelet-registration-path=%s", w.object, sock, onHost, regPath)
+			t.Errorf("%s: container ferry serves %s, which is %s on the host, but registers --kubelet-registration-path=%s", w.object, sock, onHost, regPath)
 		}
 	}
 }
@@ -110,7 +128,7 @@ func TestEverySidecarDialsTheSocketTheFerryContainerServes(t *testing.T) {
 				t.Errorf("%s: container %s dials --csi-address=%s (volume %q, path %q), but container ferry serves %s (volume %q, path %q)", w.object, s.Name, addr, svol, srel, sock, vol, rel)
 			}
 		}
-		if sidecars == 0 {
+		if sidecars == 0 && w.mode != "daemon" { // the node plugin has no sidecar: it registers itself
 			t.Errorf("%s: no sidecar container passes --csi-address", w.object)
 		}
 	}
