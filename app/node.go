@@ -206,9 +206,10 @@ func (n *Node) Stats(ctx context.Context, volumeID, p string) (ports.FsStats, er
 	return n.mount.Stats(p)
 }
 
-// Expand reports the volume's size after a controller expansion: a ZFS
-// filesystem grows with its quota, nothing is left to do on the node.
-func (n *Node) Expand(ctx context.Context, volumeID, p string) (int64, error) {
+// Expand grows the volume to fit want (when given and larger than it is;
+// a ZFS filesystem grows with its quota, online) and reports its size.
+// After a controller expansion there is nothing left to grow.
+func (n *Node) Expand(ctx context.Context, volumeID, p string, want *volume.CapacityRange) (int64, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return 0, err
@@ -216,6 +217,17 @@ func (n *Node) Expand(ctx context.Context, volumeID, p string) (int64, error) {
 	if err := volume.CheckPath("volume_path", p); err != nil {
 		return 0, err
 	}
+	size := int64(0)
+	if want != nil {
+		if size, err = want.Choose(); err != nil {
+			return 0, err
+		}
+	}
+	unlock, ok := n.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return 0, fmt.Errorf("expand volume %s: %w", id, ErrPending)
+	}
+	defer unlock()
 	info, err := n.store.GetVolume(ctx, id)
 	if err != nil {
 		return 0, err
@@ -223,5 +235,12 @@ func (n *Node) Expand(ctx context.Context, volumeID, p string) (int64, error) {
 	if err := n.volumePath(id, info, p); err != nil {
 		return 0, err
 	}
-	return info.CapacityBytes, nil
+	if want == nil || info.CapacityBytes >= size {
+		return info.CapacityBytes, nil
+	}
+	if err := n.store.Resize(ctx, id, size); err != nil {
+		return 0, err
+	}
+	n.log.Info("volume expanded on the node", zap.String("volume", string(id)), zap.Int64("from", info.CapacityBytes), zap.Int64("bytes", size))
+	return size, nil
 }

@@ -18,6 +18,12 @@ const TopologyKey = "topology.ferry.zfs.csi.io/node"
 type Controller struct {
 	csi.UnimplementedControllerServer
 	UC *app.Controller
+	// NodeExpansion: do not advertise controller expansion, so that the
+	// external-resizer only records the new size and the node that
+	// publishes the volume grows it (NodeExpandVolume). A controller that
+	// runs on every node next to its own pool (the node plugin serving the
+	// controller service) cannot reach a volume on another node.
+	NodeExpansion bool
 }
 
 var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
@@ -33,6 +39,9 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 func (c *Controller) ControllerGetCapabilities(ctx context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	out := make([]*csi.ControllerServiceCapability, 0, len(controllerCaps))
 	for _, t := range controllerCaps {
+		if t == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME && c.NodeExpansion {
+			continue
+		}
 		out = append(out, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: out}, nil

@@ -44,6 +44,8 @@ type env struct {
 	ctrl  spec.ControllerClient
 	node  spec.NodeClient
 	ident spec.IdentityClient
+	// ctrlUC is the controller use case behind ctrl.
+	ctrlUC *app.Controller
 }
 
 // newEnv serves a fresh driver. wrap, when given, wraps the memstore in the
@@ -61,11 +63,12 @@ func newEnv(t *testing.T, wrap ...func(*memstore.Store) ports.SnapshotStore) *en
 	log := zap.NewNop()
 	id := &csi.Identity{Name: driverName, Version: driverVersion,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
-	ctrl := &csi.Controller{UC: app.NewController(cfg, store, mounter, log)}
+	ctrlUC := app.NewController(cfg, store, mounter, log)
+	ctrl := &csi.Controller{UC: ctrlUC}
 	node := &csi.Node{UC: app.NewNode(cfg, store, mounter, log)}
 	conn := serve(t, csi.NewServer(log, id, ctrl, node))
 	return &env{
-		dir: dir, mem: mem, mount: mounter,
+		dir: dir, mem: mem, mount: mounter, ctrlUC: ctrlUC,
 		ctrl:  spec.NewControllerClient(conn),
 		node:  spec.NewNodeClient(conn),
 		ident: spec.NewIdentityClient(conn),

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // Node serves the CSI Node service.
@@ -98,7 +99,12 @@ func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 	if c := req.GetVolumeCapability(); c != nil && c.GetBlock() != nil {
 		return nil, status.Error(codes.InvalidArgument, "block volumes are not supported")
 	}
-	size, err := n.UC.Expand(ctx, req.GetVolumeId(), req.GetVolumePath())
+	var want *volume.CapacityRange
+	if r := req.GetCapacityRange(); r.GetRequiredBytes() > 0 {
+		cr := capacityRange(r)
+		want = &cr
+	}
+	size, err := n.UC.Expand(ctx, req.GetVolumeId(), req.GetVolumePath(), want)
 	if err != nil {
 		return nil, toStatus(err)
 	}

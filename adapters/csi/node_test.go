@@ -263,3 +263,51 @@ func TestNodeGetInfoNamesTheNodeAndItsTopology(t *testing.T) {
 		t.Fatalf("NodeGetInfo = %v", resp)
 	}
 }
+
+// Where the controller service does not expand (it runs next to one pool
+// and the volume may live on another node), the node that publishes the
+// volume grows it: NodeExpandVolume with a larger capacity range resizes.
+func TestNodeExpandVolumeGrowsTheVolumeWhenAskedForMore(t *testing.T) {
+	e := newEnv(t)
+	v := e.mustCreate(t, createReq("vol-1", 0))
+	bigger := v.GetCapacityBytes() + 64<<20
+	for i := 0; i < 2; i++ { // idempotent
+		resp, err := e.node.NodeExpandVolume(ctx(t), &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target,
+			CapacityRange: &spec.CapacityRange{RequiredBytes: bigger}})
+		wantCode(t, err, codes.OK)
+		if resp.GetCapacityBytes() != bigger {
+			t.Fatalf("attempt %d: capacity %d, want %d", i, resp.GetCapacityBytes(), bigger)
+		}
+	}
+	info, err := e.mem.GetVolume(ctx(t), "vol-1")
+	if err != nil || info.CapacityBytes != bigger {
+		t.Fatalf("the store holds %d (%v), want %d", info.CapacityBytes, err, bigger)
+	}
+	// Asking for less never shrinks.
+	resp, err := e.node.NodeExpandVolume(ctx(t), &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target,
+		CapacityRange: &spec.CapacityRange{RequiredBytes: 1 << 20}})
+	wantCode(t, err, codes.OK)
+	if resp.GetCapacityBytes() != bigger {
+		t.Fatalf("capacity after asking for less: %d, want %d", resp.GetCapacityBytes(), bigger)
+	}
+	_, err = e.node.NodeExpandVolume(ctx(t), &spec.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: target,
+		CapacityRange: &spec.CapacityRange{RequiredBytes: 2 * poolBytes}})
+	wantCode(t, err, codes.ResourceExhausted)
+}
+
+func TestAControllerWithNodeExpansionDoesNotAdvertiseControllerExpansion(t *testing.T) {
+	e := newEnv(t)
+	has := func(c *csi.Controller) bool {
+		resp, err := c.ControllerGetCapabilities(ctx(t), &spec.ControllerGetCapabilitiesRequest{})
+		wantCode(t, err, codes.OK)
+		for _, c := range resp.GetCapabilities() {
+			if c.GetRpc().GetType() == spec.ControllerServiceCapability_RPC_EXPAND_VOLUME {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(&csi.Controller{UC: e.ctrlUC}) || has(&csi.Controller{UC: e.ctrlUC, NodeExpansion: true}) {
+		t.Fatal("EXPAND_VOLUME is advertised exactly when the controller expands")
+	}
+}

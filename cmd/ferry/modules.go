@@ -131,8 +131,17 @@ func daemonApp(o *Options) fx.Option {
 				return mount.Linux{}
 			},
 			app.NewNode,
-			func(uc *app.Node, s ports.SnapshotStore) csiServices {
-				return csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
+			func() ports.MountTable { return mount.Table{} },
+			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) csiServices {
+				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
+				if o.ServeController {
+					// The controller service next to this node's pool, for
+					// sidecars running on every node (--node-deployment):
+					// volumes are created where their pod runs. Expansion is
+					// the node's (NodeExpandVolume).
+					svc.controller = &csi.Controller{UC: app.NewController(cfg, s, mt, log), NodeExpansion: true}
+				}
+				return svc
 			},
 			csiServer,
 		),

@@ -25,6 +25,7 @@ type Options struct {
 	// daemon: registration with the kubelet (plugin registration API)
 	RegistrationDir  string
 	RegistrationPath string
+	ServeController  bool // daemon: also serve the CSI Controller service
 
 	Store     string // "zfs" or "memory"
 	Pool      string
@@ -84,6 +85,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock", "CSI node service socket")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", volume.DefaultKubeletDir, "the kubelet's root directory (its --root-dir), as an absolute path without symlinks; NodePublishVolume mounts only below it")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "the kubelet's plugin registry directory, where the registration socket is served (default <kubelet-dir>/plugins_registry; none: do not register; skipped with a warning when it does not exist)")
+	fs.BoolVar(&o.ServeController, "serve-controller", false, "also serve the CSI Controller service on the node's socket, for provisioner and snapshotter sidecars deployed on every node (--node-deployment); volumes then grow on the node (default false)")
 	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
 	return o
 }
