@@ -21,6 +21,10 @@ var (
 	// changed since its newest snapshot (the store refuses to apply over
 	// changes); the caller wraps the store's error with it.
 	ErrModified = errors.New("the dataset changed since its newest snapshot")
+	// ErrPartialKept: a transfer failed but the store kept its partial
+	// state to resume it (OpenZFS): the fetch target stays recorded, so
+	// that the snapshot the resume token names is kept at the sender.
+	ErrPartialKept = errors.New("partial receive kept to be resumed")
 )
 
 // newerReplica orders replicas by their newest snapshot, (epoch, number).
@@ -62,7 +66,7 @@ func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 	for _, r := range s.Replicas {
 		diverged := r.Node == s.Primary && me.Snapshot != 0 && r.Snapshot == me.Snapshot &&
 			r.SnapshotEpoch == me.SnapshotEpoch && r.SnapshotGUID != me.SnapshotGUID
-		if r.Node == self || r.Snapshot == 0 || (!newerReplica(r, me) && !diverged) {
+		if r.Node == self || r.Snapshot == 0 || s.Fenced(r.Holds()) || (!newerReplica(r, me) && !diverged) {
 			continue
 		}
 		if !found || newerReplica(r, best) {
@@ -81,6 +85,18 @@ func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 		return alt, true
 	}
 	return best, true
+}
+
+// Fenced reports whether snap is a fenced primary's history: a snapshot of
+// an ended epoch that is newer than what the current primary held when its
+// epoch began (its entry, until it snapshots in its own epoch). Such a
+// snapshot is rolled back wherever it is; it is never a fetch target.
+func (s *State) Fenced(snap Snap) bool {
+	if snap.Epoch >= s.Epoch || s.Primary == "" {
+		return false
+	}
+	p, ok := s.Replica(s.Primary)
+	return ok && snap.Newer(p.Holds())
 }
 
 // IsReady says whether replica r (as it is now, which may be newer than

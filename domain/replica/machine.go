@@ -52,9 +52,13 @@ type Machine struct {
 	modified bool
 	// releasing: the primary is asked to end its term (unpublish): a final
 	// snapshot, then Demote carrying it; released once done.
-	releasing  bool
-	finalTaken bool
-	released   bool
+	releasing   bool
+	finalTaken  bool
+	released    bool
+	releaseLost string // why a release ended without recording its final snapshot
+	// forget: a transfer failed leaving nothing received; its recorded
+	// target is cleared (ClearFetch) before anything else.
+	forget *Snap
 
 	outstanding Action
 	backoff     bool // an action failed: wait for the next tick before acting again
@@ -181,6 +185,10 @@ type TakeSnapshot struct {
 	Epoch  Epoch
 }
 
+// ForgetFetch: clear this replica's recorded fetch target (ClearFetch, a
+// compare-and-swap): its transfer failed and left nothing received.
+type ForgetFetch struct{ Target Snap }
+
 // StepDown: end this primary's term of Epoch (Demote), recording Final
 // (its newest snapshot, taken after its last write) in the same
 // compare-and-swap. Epoch 0 only confirms, on the newest state, that this
@@ -213,6 +221,7 @@ func (Rollback) action()         {}
 func (Replace) action()          {}
 func (TakeSnapshot) action()     {}
 func (StepDown) action()         {}
+func (ForgetFetch) action()      {}
 func (DestroySnapshots) action() {}
 func (LeaveVolume) action()      {}
 func (Alert) action()            {}
@@ -242,7 +251,7 @@ func (m *Machine) Step(ev Event) error {
 		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
 	case Release:
 		if !m.releasing {
-			m.releasing, m.finalTaken, m.released = true, false, false
+			m.releasing, m.finalTaken, m.released, m.releaseLost = true, false, false, ""
 		}
 	case ActionDone:
 		if m.outstanding == nil {
@@ -278,8 +287,12 @@ func (m *Machine) done(e ActionDone) {
 			m.avoid = nil
 		case errors.Is(e.Err, ErrModified):
 			m.modified = true
+			m.forgetTarget(a.Target)
+		case errors.Is(e.Err, ErrPartialKept):
+			m.avoidPeer(a.Peer) // the target stays recorded: the token names it
 		default:
 			m.avoidPeer(a.Peer)
+			m.forgetTarget(a.Target)
 		}
 	case Replace:
 		m.haveLocal, m.havePeer, m.haveState = false, false, false
@@ -287,6 +300,12 @@ func (m *Machine) done(e ActionDone) {
 			m.avoid = nil
 		} else {
 			m.avoidPeer(a.Peer)
+			m.forgetTarget(a.Target)
+		}
+	case ForgetFetch:
+		m.haveState = false
+		if e.Err == nil {
+			m.forget = nil
 		}
 	case Rollback:
 		m.haveLocal, m.havePeer, m.haveState = false, false, false
@@ -307,8 +326,13 @@ func (m *Machine) done(e ActionDone) {
 	case StepDown:
 		m.haveState = false
 		switch {
+		case (e.Err == nil && a.Epoch == 0 || errors.Is(e.Err, ErrFenced)) && m.finalTaken:
+			// Another primary took over before the final snapshot was
+			// recorded: the term ended, the last writes did not move.
+			m.releasing = false
+			m.releaseLost = fmt.Sprintf("a takeover ended this primary's term before its final snapshot %s was recorded: the writes it holds are not the volume's", SnapshotName(m.newestLocal()))
 		case e.Err == nil || errors.Is(e.Err, ErrFenced):
-			// Fenced: another primary took over; this term ended anyway.
+			// Fenced: another primary took over; nothing to hand over.
 			m.releasing, m.released = false, true
 		case errors.Is(e.Err, ErrStaleView):
 			m.finalTaken = false // a final snapshot of the right term first
@@ -322,6 +346,23 @@ func (m *Machine) done(e ActionDone) {
 		m.alerted = a.Reason
 	}
 }
+
+func (m *Machine) forgetTarget(t Snap) {
+	if t.Number != 0 {
+		m.forget = &t
+	}
+}
+
+func (m *Machine) newestLocal() Snap {
+	if len(m.local) == 0 {
+		return Snap{}
+	}
+	return m.local[len(m.local)-1]
+}
+
+// ReleaseLost says why a release ended without its final snapshot being
+// recorded ("" when it did not): a takeover fenced this primary first.
+func (m *Machine) ReleaseLost() string { return m.releaseLost }
 
 func (m *Machine) avoidPeer(n Node) {
 	if m.avoid == nil {
@@ -372,6 +413,12 @@ func (m *Machine) decide() Action {
 			return StepDown{Epoch: m.state.Epoch, Final: newest}
 		}
 	}
+	if m.releaseLost != "" && m.alerted != m.releaseLost {
+		return Alert{Reason: m.releaseLost}
+	}
+	if m.forget != nil {
+		return ForgetFetch{Target: *m.forget}
+	}
 	if m.terminating {
 		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
 	}
@@ -414,7 +461,7 @@ func (m *Machine) decide() Action {
 	if !m.havePeer || m.peer != src.Node {
 		return ReadPeer{Peer: src.Node}
 	}
-	p := PlanTransfer(m.local, m.peerSnaps)
+	p := PlanTransfer(m.local, m.plannable(src))
 	switch p.Kind {
 	case PlanFull:
 		return Fetch{Peer: src.Node, Target: p.Target}
@@ -431,6 +478,21 @@ func (m *Machine) decide() Action {
 		}
 	}
 	return m.retention()
+}
+
+// plannable is what the source holds that may be fetched: never a fenced
+// primary's history, and never a snapshot of an ended epoch newer than the
+// source's own entry (one it took on a lagging view and never reported):
+// both are rolled back at the source, under the transfer.
+func (m *Machine) plannable(src Replica) []Snap {
+	out := make([]Snap, 0, len(m.peerSnaps))
+	for _, s := range m.peerSnaps {
+		if s.Epoch < m.state.Epoch && (m.state.Fenced(s) || s.Newer(src.Holds())) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // isPrimary: this replica is the active primary of the volume's epoch.

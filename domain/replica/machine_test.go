@@ -183,7 +183,11 @@ func (e *scriptEnv) run(f []string) error {
 	case "promote":
 		return Promote(&e.state, Node(f[1]))
 	case "takeover":
-		return Takeover(&e.state, Node(f[1]), Node(f[2]))
+		lag := uint64(1)
+		if m, ok := e.machines[Node(f[1])]; ok {
+			lag = m.cfg.AllowedLag
+		}
+		return Takeover(&e.state, Node(f[1]), Node(f[2]), lag)
 	case "release":
 		return e.machines[Node(f[1])].Step(Release{})
 	case "write":
@@ -278,6 +282,8 @@ func describe(a Action) string {
 		return fmt.Sprintf("snapshot %d of epoch %d", a.Number, a.Epoch)
 	case StepDown:
 		return fmt.Sprintf("step down from epoch %d with final %v", a.Epoch, a.Final)
+	case ForgetFetch:
+		return fmt.Sprintf("forget fetch target %v", a.Target)
 	case DestroySnapshots:
 		return fmt.Sprintf("destroy %v", a.Snaps)
 	case LeaveVolume:
@@ -340,6 +346,8 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 		e.local[n] = append(e.local[n], Snap{Number: a.Number, Epoch: a.Epoch, GUID: e.guid})
 	case StepDown:
 		return e.cas(func(s *State) error { return Demote(s, n, a.Epoch, a.Final) })
+	case ForgetFetch:
+		return e.cas(func(s *State) error { return ClearFetch(s, n, a.Target) })
 	case DestroySnapshots:
 		gone := map[Snap]bool{}
 		for _, s := range a.Snaps {

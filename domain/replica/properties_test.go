@@ -138,7 +138,7 @@ func FuzzPromoteNeverMakesTwoPrimariesInOneEpoch(f *testing.F) {
 			case 2:
 				// a takeover by node from the primary (refused unless the
 				// primary is someone else and node is ready and newest)
-				if err := Takeover(&s, node, s.Primary); err == nil {
+				if err := Takeover(&s, node, s.Primary, 1); err == nil {
 					if p, ok := primaryOf[s.Epoch]; ok && p != node {
 						t.Fatalf("epoch %d has primaries %s and %s", s.Epoch, p, node)
 					}

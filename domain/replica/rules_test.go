@@ -17,16 +17,16 @@ func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *te
 		}}
 	}
 	s := base()
-	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) || s.Epoch != 2 {
+	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) || s.Epoch != 2 {
 		t.Fatalf("b took over although c holds a newer snapshot: %v (epoch %d)", err, s.Epoch)
 	}
 	s = base()
 	s.Replicas[2].Snapshot, s.Replicas[2].Fetching = 7, Snap{Number: 9, Epoch: 2}
-	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
 		t.Fatalf("b took over although c may hold 9 it has not reported yet: %v", err)
 	}
 	s = base()
-	if err := Takeover(&s, "c", "a"); err != nil || s.Epoch != 3 || s.Primary != "c" {
+	if err := Takeover(&s, "c", "a", 1); err != nil || s.Epoch != 3 || s.Primary != "c" {
 		t.Fatalf("the newest ready replica could not take over: %v, %+v", err, s)
 	}
 }
@@ -36,7 +36,7 @@ func TestTakeoverRefusesAReplicaThatIsNotReady(t *testing.T) {
 		{Node: "a", Snapshot: 40, SnapshotEpoch: 2, Active: true},
 		{Node: "b", Snapshot: 3, SnapshotEpoch: 2, Ready: false},
 	}}
-	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
 		t.Fatalf("a replica far behind took over, giving up far more than one interval of writes: %v", err)
 	}
 }

@@ -310,7 +310,7 @@ func (w *world) takeover(n *simNode) error {
 	if r, _ := w.state.Replica(lost.name); !r.Active || (lost.m != nil && !lost.cut) {
 		return nil
 	}
-	err := w.cas(func(s *State) error { return Takeover(s, n.name, lost.name) })
+	err := w.cas(func(s *State) error { return Takeover(s, n.name, lost.name, n.m.cfg.AllowedLag) })
 	w.logf("%s: takeover from %s -> %v", n.name, lost.name, err)
 	if err == nil {
 		// Fencing stops the lost primary's writers (the node-loss stage).
@@ -341,7 +341,7 @@ func (w *world) step(n *simNode) error {
 	case errors.Is(err, errInFlight), errors.Is(err, errCrash):
 		return nil
 	}
-	if al, isAlert := a.(Alert); isAlert && !(n.fenced && strings.Contains(al.Reason, "without any replication snapshot")) {
+	if al, isAlert := a.(Alert); isAlert && !(n.fenced && (strings.Contains(al.Reason, "without any replication snapshot") || strings.Contains(al.Reason, "a takeover ended"))) {
 		// The only alert a correct world raises: a primary that never
 		// snapshotted was taken over, and its writes wait for an operator.
 		return fmt.Errorf("%s raised an alert: %s", n.name, al.Reason)
@@ -399,6 +399,8 @@ func (w *world) exec(n *simNode, a Action) error {
 		n.dirty, n.hasData = false, true
 	case StepDown:
 		return w.cas(func(s *State) error { return Demote(s, n.name, a.Epoch, a.Final) })
+	case ForgetFetch:
+		return w.cas(func(s *State) error { return ClearFetch(s, n.name, a.Target) })
 	case DestroySnapshots:
 		gone := map[Snap]bool{}
 		for _, s := range a.Snaps {

@@ -42,6 +42,20 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 	return nil
 }
 
+// ClearFetch forgets node's fetch target after its transfer failed and
+// left nothing received (no resumable state): it no longer needs keeping,
+// and it must not block a takeover. A target recorded since is kept.
+func ClearFetch(s *State, node Node, target Snap) error {
+	i := s.index(node)
+	if i < 0 {
+		return nil // left: nothing recorded
+	}
+	if f := s.Replicas[i].Fetching; f.Number == target.Number && f.Epoch == target.Epoch {
+		s.Replicas[i].Fetching = Snap{}
+	}
+	return nil
+}
+
 // RecordFetch records, before a transfer starts, the snapshot node is
 // about to receive, so that no replica's retention destroys it until node
 // reports it (or something newer) or leaves.
@@ -182,7 +196,7 @@ func (s *State) index(n Node) int {
 // interval), and lost is fenced: its later snapshots are of an older
 // epoch, so when it returns it rolls them back (PlanRollbackIncremental)
 // instead of serving them.
-func Takeover(s *State, node, lost Node) error {
+func Takeover(s *State, node, lost Node, lag uint64) error {
 	if s.Primary != lost {
 		return fmt.Errorf("takeover from %s: the primary is %q: %w", lost, s.Primary, ErrFenced)
 	}
@@ -195,10 +209,11 @@ func Takeover(s *State, node, lost Node) error {
 		// make every returning replica replace its copy with it.
 		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
 	}
-	if !s.Replicas[i].Ready {
-		// More than the allowed lag behind: taking over would give up more
-		// than the writes of one snapshot interval.
-		return fmt.Errorf("takeover by %s: it is not ready (more than the allowed lag behind): %w", node, ErrBehind)
+	if !IsReady(*s, s.Replicas[i], lag) {
+		// More than the allowed lag behind the newest entry, the lost
+		// primary's included (a stored Ready flag is only what the replica
+		// last said): taking over would give up reported snapshots.
+		return fmt.Errorf("takeover by %s: it is not ready (more than %d snapshots behind the newest reported): %w", node, lag, ErrBehind)
 	}
 	mine := s.Replicas[i].Holds()
 	for _, r := range s.Replicas {

@@ -172,10 +172,10 @@ func TestTakeoverRefusesAnEmptySuccessor(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []Replica{
 		{Node: "a", Snapshot: 10, SnapshotEpoch: 1, Active: true}, {Node: "b"},
 	}}
-	if err := Takeover(&s, "b", "a"); !errors.Is(err, ErrBehind) {
+	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
 		t.Fatalf("an empty replica took over: %v", err)
 	}
-	if err := Takeover(&s, "a", "a"); err == nil {
+	if err := Takeover(&s, "a", "a", 1); err == nil {
 		t.Fatal("the lost primary took over from itself")
 	}
 }
