@@ -203,7 +203,7 @@ func TestADivergedOldPrimaryIsRolledBackWithAnEventAndResyncs(t *testing.T) {
 	})
 	// a is lost: b takes over in a new epoch and writes v3.
 	c.stop("a")
-	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Takeover(s, "b", "a") }); err != nil {
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Takeover(s, "b", "a", 1) }); err != nil {
 		t.Fatal(err)
 	}
 	c.start("b")

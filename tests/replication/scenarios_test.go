@@ -164,7 +164,7 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	})
 	// a's node is lost: b takes over in a new epoch and writes.
 	c.kill("a")
-	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Takeover(s, "b", "a") }); err != nil {
+	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { return replica.Takeover(s, "b", "a", 1) }); err != nil {
 		t.Fatal(err)
 	}
 	c.start("b")
