@@ -122,10 +122,17 @@ func TestAReplicaWhosePoolIsFullFailsClearlyAndTheOthersAreUnaffected(t *testing
 	}
 	free, _ := strconv.ParseInt(strings.TrimSpace(string(avail)), 10, 64)
 	filler := pools["c"].Name + "/filler"
-	if out, err := exec.Command("zfs", "create", "-o", fmt.Sprintf("refreservation=%d", free-(16<<20)), filler).CombinedOutput(); err != nil {
+	// Never mounted: zfs-fuse refuses to destroy a mounted dataset it
+	// thinks busy, and a filler left behind would fill c's pool in every
+	// later scenario.
+	if out, err := exec.Command("zfs", "create", "-o", "canmount=off", "-o", fmt.Sprintf("refreservation=%d", free-(16<<20)), filler).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("zfs", "destroy", filler).Run() })
+	t.Cleanup(func() {
+		if out, err := exec.Command("zfs", "destroy", filler).CombinedOutput(); err != nil {
+			t.Errorf("c's pool stays full for the next scenarios: zfs destroy %s: %v: %s", filler, err, out)
+		}
+	})
 	for _, n := range nodes {
 		c.start(n)
 	}
