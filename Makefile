@@ -10,10 +10,10 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport sim
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 build: ## build bin/ferry
 	go build -o $(BIN)/ferry ./cmd/ferry
@@ -44,8 +44,16 @@ sanity: build $(TOOLS)/csi-sanity zfs-up ## csi-sanity against ferry on a real Z
 demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI client walking a volume's life
 	go run ./tests/demo -ferry $(BIN)/ferry
 
+REPLICATION_TESTS = FERRY_BIN=$(BIN)/ferry $(1) $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
+
 test-replication: build zfs-up ## replication end to end: 3 pools, 3 volume managers per volume, mTLS over 127.0.0.1
-	FERRY_BIN=$(BIN)/ferry $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
+	$(call REPLICATION_TESTS)
+
+# The same scenarios with every core saturated (BUSY_LOOPS busy loops, two
+# for this 2-core machine): waits must follow progress, not timing luck.
+BUSY_LOOPS ?= 2
+test-replication-loaded: build zfs-up ## test-replication while two busy loops saturate both cores (tests/scripts/busy.sh)
+	$(call REPLICATION_TESTS,tests/scripts/busy.sh $(BUSY_LOOPS))
 
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
 	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer

@@ -28,6 +28,12 @@ type ReplicatorConfig struct {
 	AllowedLag uint64
 	// Keep is how many newest snapshots each replica keeps.
 	Keep int
+	// MaxTransferRate limits each transfer this replica receives, in bytes
+	// per second (0: unlimited), so that a first sync does not take a
+	// node's disk or network from its workloads.
+	MaxTransferRate int64
+	// Clock paces rate-limited transfers; nil is the system clock.
+	Clock Clock
 }
 
 // Replicator is the volume-manager use case: it feeds the replica machine
@@ -85,6 +91,9 @@ type Status struct {
 // NewReplicator returns the volume manager of cfg.Volume's replica on
 // cfg.Node.
 func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster ports.ClusterState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
 	every := 1
 	if cfg.Tick > 0 && cfg.SnapshotInterval > cfg.Tick {
 		every = int((cfg.SnapshotInterval + cfg.Tick - 1) / cfg.Tick)
@@ -112,7 +121,8 @@ func (r *Replicator) Status() Status {
 func (r *Replicator) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
-	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval))
+	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval),
+		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate))
 	for {
 		r.settle(ctx)
 		select {

@@ -128,6 +128,10 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	if a.Base != nil {
 		req.From = replica.SnapshotName(*a.Base)
 	}
+	kind := streamIncremental
+	if a.Base == nil {
+		kind = streamFull
+	}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("base", req.From))
 	// An interrupted receive that the store kept (OpenZFS) resumes where it
 	// stopped; elsewhere the transfer restarts from the last complete snapshot.
@@ -137,8 +141,10 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	}
 	req.ResumeToken = token
 	if token != "" {
+		kind = streamResumed
 		log.Info("resuming an interrupted transfer")
 	}
+	log = log.With(zap.String("stream", kind))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
 	if err != nil {
 		if token != "" && (errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)) {
@@ -156,7 +162,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	defer r.setTransfer(nil)
 	log.Info("fetching snapshot")
 	stop := p.logEvery(ctx, log, progressLogInterval)
-	err = r.store.Receive(ctx, r.cfg.Volume, p.reader(stream))
+	err = r.store.Receive(ctx, r.cfg.Volume, r.paced(ctx, p, stream))
 	stop()
 	if err != nil {
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
@@ -197,7 +203,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 		return err
 	}
 	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
-	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To))
+	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("stream", streamReplacement))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
 	if err != nil {
 		return err
@@ -207,7 +213,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 	defer r.setTransfer(nil)
 	log.Info("fetching a full copy to replace the local one", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 	stop := p.logEvery(ctx, log, progressLogInterval)
-	err = r.store.ReceiveReplacement(ctx, r.cfg.Volume, p.reader(stream), func(ctx context.Context) error {
+	err = r.store.ReceiveReplacement(ctx, r.cfg.Volume, r.paced(ctx, p, stream), func(ctx context.Context) error {
 		if err := r.guardDiscard(ctx, ""); err != nil {
 			return err
 		}
@@ -229,6 +235,21 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 	}
 	log.Info("copy replaced", zap.Int64("bytes", p.Bytes()), zap.Float64("MBps", p.Rate()/1e6), zap.Duration("took", p.Elapsed()))
 	return nil
+}
+
+// The kinds of stream a fetch receives, in the "stream" field of its log
+// lines: what a reader of the logs (or a test) counts.
+const (
+	streamFull        = "full"        // no local data: the whole snapshot, into staging
+	streamIncremental = "incremental" // from a base both sides hold
+	streamResumed     = "resumed"     // the rest of an interrupted receive (OpenZFS)
+	streamReplacement = "replacement" // a full copy that replaces a diverged one
+)
+
+// paced is what a receive reads from a peer's stream: limited to
+// MaxTransferRate, counted for the transfer's progress.
+func (r *Replicator) paced(ctx context.Context, p *Progress, stream io.Reader) io.Reader {
+	return p.reader(LimitReader(ctx, stream, r.cfg.MaxTransferRate, r.cfg.Clock))
 }
 
 // startProgress tracks a transfer for the status endpoint and the log; a

@@ -81,9 +81,13 @@ func newCluster(t *testing.T, rf int, nodes ...replica.Node) *cluster {
 	return c
 }
 
-func (c *cluster) start(n replica.Node) {
-	r := app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3},
-		c.stores[n], c.state, c.net, c.events, zap.NewNop())
+func (c *cluster) start(n replica.Node) { c.startWith(n, func(*app.ReplicatorConfig) {}) }
+
+// startWith starts n's volume manager with its configuration changed by opt.
+func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
+	cfg := app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3}
+	opt(&cfg)
+	r := app.NewReplicator(cfg, c.stores[n], c.state, c.net, c.events, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()
@@ -494,5 +498,46 @@ func TestReleaseSnapshotsTheLastWritesAndStepsDownCarryingThem(t *testing.T) {
 	}
 	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { replica.Join(s, "b"); return replica.Promote(s, "b") }); !errors.Is(err, replica.ErrBehind) {
 		t.Fatalf("b, without the final snapshot, was promoted: %v", err)
+	}
+}
+// sleepRecorder is a clock whose Sleep returns at once and adds up what it
+// was asked to wait (safe for the replicator's goroutine and the test's).
+type sleepRecorder struct {
+	mu    sync.Mutex
+	now   time.Time
+	slept time.Duration
+}
+
+func (c *sleepRecorder) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *sleepRecorder) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now, c.slept = c.now.Add(d), c.slept+d
+	return ctx.Err()
+}
+
+func (c *sleepRecorder) total() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.slept
+}
+
+func TestAReceiversTransfersArePacedByItsMaxTransferRate(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	content := strings.Repeat("x", 2<<20)
+	c.write("a", content)
+	c.start("a")
+	clock := &sleepRecorder{now: time.Unix(1_700_000_000, 0)}
+	const rate = 256 << 10
+	c.startWith("b", func(cfg *app.ReplicatorConfig) { cfg.MaxTransferRate, cfg.Clock = rate, clock })
+	c.eventually("b holds a's data", func() bool { return c.holds("b", content) })
+	// More than 2 MiB at 256 KiB/s, the first burst (32 KiB, the least one) free.
+	if want := 8*time.Second - time.Second/8; clock.total() < want {
+		t.Errorf("b's transfers waited %s for the rate in all, want at least %s", clock.total(), want)
 	}
 }

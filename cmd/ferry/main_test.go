@@ -60,7 +60,9 @@ func TestHelpListsEveryModeAndEveryFlagWithItsDefault(t *testing.T) {
 }
 
 func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
-	cases := [][]string{{}, {"bogus"}, {"daemon"}, {"daemon", "--node-id=n", "--store=nfs"}, {"volume-manager", "--node-id=n"}, {"daemon", "--node-id=n", "extra"}}
+	cases := [][]string{{}, {"bogus"}, {"daemon"}, {"daemon", "--node-id=n", "--store=nfs"}, {"volume-manager", "--node-id=n"}, {"daemon", "--node-id=n", "extra"},
+		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=10X"},
+		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=1k"}}
 	for _, args := range cases {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code != 2 || errOut.Len() == 0 {

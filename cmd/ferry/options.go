@@ -50,6 +50,7 @@ type Options struct {
 	AllowedLag       uint64
 	Keep             int
 	StatusListen     string
+	MaxTransferRate  byteRate
 }
 
 // DefaultDriverName is Ferry's CSI driver name.
@@ -119,6 +120,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
+	fs.Var(&o.MaxTransferRate, "max-transfer-rate", "limit of each transfer this replica receives, in `bytes` per second: a number, or with a suffix k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 50M or 64Mi; at least 64Ki; 0: unlimited")
 	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
 	return o
 }
@@ -157,6 +159,11 @@ func (o *Options) validate(mode string) error {
 		}
 		if o.Tick <= 0 || o.SnapshotInterval < o.Tick {
 			errs = append(errs, errors.New("--tick must be positive and --snapshot-interval at least --tick"))
+		}
+		if o.MaxTransferRate != 0 && o.MaxTransferRate < minTransferRate {
+			// A slower receiver would hold one 1 MiB peer message for more
+			// than the peer stream's two idle minutes.
+			errs = append(errs, fmt.Errorf("--max-transfer-rate must be 0 (unlimited) or at least 64Ki (%d) bytes per second", int64(minTransferRate)))
 		}
 		if _, err := parsePeers(o.Peers); err != nil {
 			errs = append(errs, err)

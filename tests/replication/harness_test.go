@@ -296,6 +296,24 @@ func (c *volumeCluster) logHas(n replica.Node, words ...string) bool {
 	return false
 }
 
+// logEntries are node's log lines that contain all of words, decoded
+// (zap's JSON: durations in seconds), in the order they were written.
+func (c *volumeCluster) logEntries(n replica.Node, words ...string) []map[string]any {
+	b, _ := os.ReadFile(c.logs[n])
+	var out []map[string]any
+	for _, line := range strings.Split(string(b), "\n") {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		var e map[string]any
+		if all && json.Unmarshal([]byte(line), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // mountPath is where node's copy of the volume is mounted.
 func (c *volumeCluster) mountPath(n replica.Node) (string, bool) {
 	info, err := stores[n].GetVolume(ctx, c.id)
