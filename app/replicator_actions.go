@@ -114,11 +114,25 @@ func discarded(s []replica.Snap) string {
 
 // openFetch records the transfer's target by compare-and-swap (from then
 // on no replica's retention destroys it) and opens the peer's stream.
+// A resumed transfer records nothing: the target of the interrupted
+// attempt is still recorded (a failure that kept partial state keeps it),
+// and it is the snapshot the resume token names.
 func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports.SendRequest, target replica.Snap) (io.ReadCloser, error) {
-	if err := r.update(ctx, func(s *replica.State) error { return replica.RecordFetch(s, r.cfg.Node, target) }); err != nil {
-		return nil, fmt.Errorf("recording the fetch of %s: %w", req.To, err)
+	if req.ResumeToken == "" {
+		if err := r.update(ctx, func(s *replica.State) error { return replica.RecordFetch(s, r.cfg.Node, target) }); err != nil {
+			return nil, fmt.Errorf("recording the fetch of %s: %w", req.To, err)
+		}
 	}
 	return r.transport.Fetch(ctx, peer, req)
+}
+
+// partialKept tells the machine, when a receive failed but the store kept
+// its partial state to resume it, to keep the fetch target recorded.
+func (r *Replicator) partialKept(ctx context.Context, err error) error {
+	if t, terr := r.store.ResumeToken(context.WithoutCancel(ctx), r.cfg.Volume); terr == nil && t != "" {
+		return fmt.Errorf("%w: %w", replica.ErrPartialKept, err)
+	}
+	return err
 }
 
 // fetch receives a snapshot from a peer and checks that what arrived is the
@@ -179,7 +193,16 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 				return errors.Join(err, gerr)
 			}
 		}
-		return err
+		if token != "" && p.Bytes() == 0 && ctx.Err() == nil {
+			// The sender could not resume (its zfs send -t failed before
+			// sending a byte: the snapshot is gone): start over.
+			log.Warn("the peer sent nothing for the resume token: discarding the partial receive", zap.Error(err))
+			if derr := r.store.DiscardPartial(ctx, r.cfg.Volume); derr != nil {
+				return errors.Join(err, derr)
+			}
+			return err
+		}
+		return r.partialKept(ctx, err)
 	}
 	if token != "" {
 		// A resumed stream completes the transfer that was interrupted,
