@@ -500,6 +500,7 @@ func TestReleaseSnapshotsTheLastWritesAndStepsDownCarryingThem(t *testing.T) {
 		t.Fatalf("b, without the final snapshot, was promoted: %v", err)
 	}
 }
+
 // sleepRecorder is a clock whose Sleep returns at once and adds up what it
 // was asked to wait (safe for the replicator's goroutine and the test's).
 type sleepRecorder struct {
