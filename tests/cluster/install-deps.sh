@@ -7,8 +7,9 @@ set -euo pipefail
 # containerd, runc: one container runtime per node; containernetworking-plugins:
 # bridge, host-local and loopback CNI plugins (/usr/lib/cni); busybox-static: the
 # test image; zfs-fuse: the nodes' pools; iproute2: netns, veth, bridge;
-# util-linux: nsenter, mount; procps: pgrep.
-pkgs=(containerd runc containernetworking-plugins busybox-static zfs-fuse iproute2 util-linux procps)
+# iptables: the apiserver's service address inside each node's namespace;
+# util-linux: nsenter, mount; procps: pgrep; curl: health checks.
+pkgs=(containerd runc containernetworking-plugins busybox-static zfs-fuse iproute2 iptables util-linux procps curl)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -34,7 +34,10 @@ IMAGES="$FERRY_CACHE/cluster-images"
 BIN="$FERRY_K8S_BIN"
 KUBECTL="$BIN/kubectl"
 
-log() { echo "cluster: $*" >&2; }
+# Seconds since the outermost script started (exported to the ones it runs).
+FERRY_E2E_T0="${FERRY_E2E_T0:-$(date +%s)}"
+export FERRY_E2E_T0
+log() { printf "cluster: %4ss  %s\n" "$(($(date +%s) - FERRY_E2E_T0))" "$*" >&2; }
 die() { echo "cluster: ERROR: $*" >&2; exit 1; }
 
 node_names() { local i; for ((i = 1; i <= NODE_COUNT; i++)); do echo "node$i"; done; }

@@ -69,10 +69,15 @@ pass "kubectl exec and kubectl logs reach the kubelet of every node"
 # round trip. busybox has no TLS client, and its static wget crashes.)
 out="$(kubectl -n "$ns" exec smoke-node1 -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 $APISERVER_IP $APISERVER_PORT" 2>&1 || true)"
 [[ "$out" == *"400 Bad Request"* ]] || fail "pod on node1 cannot reach the apiserver at $APISERVER_IP:$APISERVER_PORT: $out"
+# In-cluster clients dial the kubernetes service (DNAT'd in each node).
+for n in "${nodes[@]}"; do
+  out="$(kubectl -n "$ns" exec "smoke-$n" -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT' 2>&1 || true)"
+  [[ "$out" == *"400 Bad Request"* ]] || fail "pod on $n cannot reach the apiserver's service address: $out"
+done
 ip2="$(kubectl -n "$ns" get pod smoke-node2 -o jsonpath='{.status.podIP}')"
 kubectl -n "$ns" exec smoke-node1 -- ping -c 1 -W 5 "$ip2" >/dev/null ||
   fail "pod on node1 cannot reach the pod on node2 ($ip2)"
-pass "a pod reaches the apiserver ($APISERVER_IP:$APISERVER_PORT) and a pod on another node ($ip2)"
+pass "pods reach the apiserver ($APISERVER_IP:$APISERVER_PORT, and as the kubernetes service from every node) and a pod on another node ($ip2)"
 
 kubectl -n "$ns" delete pod --all --wait=true --timeout=60s >/dev/null || fail "pods were not deleted"
 pass "pods deleted"

@@ -87,6 +87,14 @@ for n in $(node_names); do
   ip -n "$n" link set eth0 up
   # Pod traffic: forwarded by the node between its pods' bridge (cni0) and eth0.
   nsenter --net="/run/netns/$n" sysctl -qw net.ipv4.ip_forward=1
+  # No kube-proxy: the one service pods need, the apiserver's
+  # (KUBERNETES_SERVICE_HOST:443, what in-cluster clients dial), is DNAT'd in
+  # the node's namespace to the apiserver. Nothing in the root namespace.
+  for chain in PREROUTING OUTPUT; do
+    rule=(-d "$SERVICE_IP/32" -p tcp --dport 443 -j DNAT --to-destination "$APISERVER_IP:$APISERVER_PORT")
+    nsenter --net="/run/netns/$n" iptables -t nat -C "$chain" "${rule[@]}" 2>/dev/null ||
+      nsenter --net="/run/netns/$n" iptables -t nat -A "$chain" "${rule[@]}"
+  done
   # Replies to pods from the root namespace (apiserver) go to their node.
   ip route replace "$(node_pod_cidr "$n")" via "$(node_ip "$n")" dev "$BRIDGE"
   # Pods of other nodes are reached through those nodes (no default route).
