@@ -58,7 +58,7 @@ if [ -n "$left" ]; then
   # shellcheck disable=SC2086
   kill -KILL $left 2>/dev/null || true
   for p in $left; do
-    for _ in $(seq 1 100); do [ -d "/proc/$p" ] || break; sleep 0.1; done
+    for _ in $(seq 1 100); do alive "$p" || break; sleep 0.1; done
   done
 fi
 rm -rf "$RUN"
@@ -109,7 +109,8 @@ for n in $(node_names); do
   if [ -e "/run/netns/$n" ]; then
     ip netns del "$n" || problem "ip netns del $n failed"
   fi
-  ip link show "$(node_veth "$n")" >/dev/null 2>&1 && ip link del "$(node_veth "$n")"
+  # (gone with the namespace, unless it was never moved there)
+  ip link del "$(node_veth "$n")" 2>/dev/null || true
 done
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link del "$BRIDGE" || problem "ip link del $BRIDGE failed"

@@ -85,19 +85,28 @@ start_in_node() {
   start "$name" nsenter "--net=/run/netns/$node" "$@"
 }
 
+# alive PID: the process exists and is not a zombie (ours are reparented to
+# pid 1, which may reap them a while later).
+alive() {
+  local stat
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  stat="${stat##*) }"
+  [ "${stat%% *}" != Z ]
+}
+
 # stop NAME [TIMEOUT]: SIGTERM, wait for the exit, SIGKILL after TIMEOUT s.
 stop() {
   local name="$1" timeout="${2:-20}" pid i
   if pid="$(pid_of "$name")"; then
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < timeout * 10; i++)); do
-      [ -d "/proc/$pid" ] || break
+      alive "$pid" || break
       sleep 0.1
     done
-    if [ -d "/proc/$pid" ]; then
+    if alive "$pid"; then
       log "$name (pid $pid) ignored SIGTERM for ${timeout}s: SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
-      while [ -d "/proc/$pid" ]; do sleep 0.1; done
+      while alive "$pid"; do sleep 0.1; done
     fi
     log "$name stopped"
   fi

@@ -9,6 +9,14 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (network namespaces, mounts, zfs)"
 t0=$SECONDS
+on_exit() {
+  local rc=$?
+  if ((rc != 0)); then
+    echo "cluster-up failed (exit $rc). Logs: $LOGS/. What was started stays up;" \
+      "run cluster-up again after a fix, or make cluster-down to remove it all." >&2
+  fi
+}
+trap on_exit EXIT
 
 "$here/install-deps.sh"
 "$here/build-bins.sh"
