@@ -55,11 +55,13 @@ kubectl() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 # A pid is trusted only if the process's command line names the state dir,
 # so a recycled pid is never mistaken for ours.
 pid_of() {
-  local f="$RUN/$1.pid" pid
+  local f="$RUN/$1.pid" pid args
   [ -f "$f" ] || return 1
-  pid="$(cat "$f")"
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$STATE" || return 1
+  read -r pid <"$f" || return 1
+  [ -n "$pid" ] || return 1
+  # Pure bash: a pipeline into grep -q could fail on SIGPIPE under pipefail.
+  mapfile -d "" args 2>/dev/null <"/proc/$pid/cmdline" || return 1
+  [[ "${args[*]}" == *"$STATE"* ]] || return 1
   echo "$pid"
 }
 running() { pid_of "$1" >/dev/null; }

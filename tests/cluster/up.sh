@@ -201,6 +201,13 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-signing-key-file "$PKI/sa.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-cluster-ip-range "$SERVICE_CIDR" \
+  --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+  --proxy-client-key-file "$PKI/front-proxy-client.key" \
   --authorization-mode Node,RBAC \
   --enable-admission-plugins NodeRestriction \
   --allow-privileged=true \

@@ -2,7 +2,8 @@
 // a directory: a CA, the apiserver's serving certificate, client certificates
 // (admin, controller-manager, scheduler, the apiserver's kubelet client, one
 // per node as system:node:NAME in system:nodes), one kubelet serving
-// certificate per node and the service-account key pair. A file already there
+// certificate per node, the service-account key pair, and the front proxy's
+// CA and client certificate (the apiserver's request-header authentication). A file already there
 // is kept, so running it twice changes nothing; a missing CA regenerates all.
 //
 //	certgen -dir /var/lib/ferry-e2e/pki -apiserver-ip 10.213.0.1 \
@@ -70,7 +71,7 @@ func run(dir, apiserverIP, serviceIP string, nodes []string) error {
 			_ = os.Remove(p(e.Name()))
 		}
 	}
-	authority, err := loadOrMakeCA(p("ca.crt"), p("ca.key"))
+	authority, err := loadOrMakeCA(p("ca.crt"), p("ca.key"), "ferry-e2e-ca")
 	if err != nil {
 		return err
 	}
@@ -109,6 +110,20 @@ func run(dir, apiserverIP, serviceIP string, nodes []string) error {
 			return fmt.Errorf("%s: %w", w.name, err)
 		}
 	}
+	// The aggregation layer's front proxy: a CA of its own (kubeadm's
+	// layout), so that no client certificate of the main CA can pass for it.
+	if !exists(p("front-proxy-ca.crt")) || !exists(p("front-proxy-ca.key")) {
+		_ = os.Remove(p("front-proxy-client.crt"))
+	}
+	frontProxy, err := loadOrMakeCA(p("front-proxy-ca.crt"), p("front-proxy-ca.key"), "ferry-e2e-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	if !exists(p("front-proxy-client.crt")) || !exists(p("front-proxy-client.key")) {
+		if err := frontProxy.issue(p("front-proxy-client"), "front-proxy-client", nil, false, nil, nil); err != nil {
+			return fmt.Errorf("front-proxy-client: %w", err)
+		}
+	}
 	if !exists(p("sa.key")) || !exists(p("sa.pub")) {
 		if err := serviceAccountKeys(p("sa.key"), p("sa.pub")); err != nil {
 			return err
@@ -124,7 +139,7 @@ func serial() *big.Int {
 	return n
 }
 
-func loadOrMakeCA(certFile, keyFile string) (*ca, error) {
+func loadOrMakeCA(certFile, keyFile, name string) (*ca, error) {
 	if exists(certFile) && exists(keyFile) {
 		cert, err := readCert(certFile)
 		if err != nil {
@@ -142,7 +157,7 @@ func loadOrMakeCA(certFile, keyFile string) (*ca, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "ferry-e2e-ca"},
+		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(validity),
 		IsCA:                  true,
