@@ -38,18 +38,28 @@ stop etcd
 for n in $(node_names); do stop "containerd-$n"; done
 
 # 3. Whatever of ours still runs (containerd shims, containers that outlived
-# their runtime): a process whose command line or root directory lies in the
-# state dir. Found by pid, killed by pid.
-# Pure bash (no grep whose own argv would name the state dir).
+# their runtime, e.g. when it had died): a process whose command line names
+# the state dir (shims: -address <our socket>), or whose cgroup is one of our
+# runtimes' tasks (containerd names it /k8s.io/<id>, and <id> has a task dir
+# in that runtime's state dir). Found by pid, killed by pid. Pure bash: no
+# grep whose own argv would name the state dir.
 ours() {
-  local p args
+  local p args line d
+  local -A ids=()
+  for d in "$NODES_DIR"/*/containerd/state/io.containerd.runtime.v2.task/*/*; do
+    [ -d "$d" ] && ids["${d##*/}"]=1
+  done
   for p in /proc/[0-9]*; do
     p="${p#/proc/}"
     [ "$p" = "$$" ] && continue
     mapfile -d "" args 2>/dev/null <"/proc/$p/cmdline" || continue
-    if [[ "${args[*]}" == *"$STATE"* ]] || [[ "$(readlink "/proc/$p/root" 2>/dev/null)" == "$STATE"/* ]]; then
+    if [[ "${args[*]}" == *"$STATE"* ]]; then
       echo "$p"
+      continue
     fi
+    read -r line 2>/dev/null <"/proc/$p/cgroup" || continue
+    line="${line##*/}"
+    [ -n "$line" ] && [ -n "${ids[$line]:-}" ] && echo "$p"
   done
 }
 left="$(ours)"
@@ -61,6 +71,17 @@ if [ -n "$left" ]; then
     for _ in $(seq 1 100); do alive "$p" || break; sleep 0.1; done
   done
 fi
+# A shim killed above leaves its socket, /run/containerd/s/<sha256 of
+# "<runtime socket>/<namespace>/<task id>"> (containerd 1.6): remove ours.
+for d in "$NODES_DIR"/*/containerd/state/io.containerd.runtime.v2.task/*/*; do
+  [ -d "$d" ] || continue
+  n="${d#"$NODES_DIR"/}"
+  n="${n%%/*}"
+  ns="${d%/*}"
+  ns="${ns##*/}"
+  sum="$(printf '%s' "$(node_sock "$n")/$ns/${d##*/}" | sha256sum)"
+  rm -f "/run/containerd/s/${sum%% *}"
+done
 rm -rf "$RUN"
 
 # 4. The nodes' pools: only a pool whose single vdev is our image file. The
@@ -102,6 +123,26 @@ mnts="$(mounts_under "$STATE")"
 if [ -n "$mnts" ]; then
   while read -r m; do umount -l "$m" 2>/dev/null && log "lazily unmounted $m"; done <<<"$mnts"
 fi
+
+# 5b. Pod network leftovers when a runtime could not remove its pods (it had
+# died): a pod netns is ours if it holds an address of our pod subnets; CNI
+# result files are ours by network name (and the loopback ones by the same
+# container id).
+if [ -d /run/netns ]; then
+  for ns in /run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    ns="${ns#/run/netns/}"
+    if ip -n "$ns" -4 -o addr 2>/dev/null | grep -q " inet $POD_PREFIX\."; then
+      ip netns del "$ns" && log "removed orphaned pod netns $ns"
+    fi
+  done
+fi
+for f in /var/lib/cni/results/ferry-e2e-*; do
+  [ -e "$f" ] || continue
+  id="${f#/var/lib/cni/results/ferry-e2e-}"
+  id="${id%-*}"
+  rm -f "$f" "/var/lib/cni/results/cni-loopback-$id-lo"
+done
 
 # 6. Network: the nodes' namespaces (their veths and pods' bridges go with
 # them; the root-namespace routes go with the bridge), then the bridge.

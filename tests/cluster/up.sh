@@ -217,6 +217,9 @@ apiserver_ready() {
     "https://$APISERVER_IP:$APISERVER_PORT/readyz"
 }
 wait_for kube-apiserver 120 kube-apiserver apiserver_ready
+# readyz can answer before the apiserver has made kube-system, where the
+# controller-manager creates its controllers' service accounts.
+wait_for "namespace kube-system" 60 kube-apiserver kubectl get namespace kube-system
 
 # Single instances: no leader election (a lost lease would make them exit
 # whenever the apiserver pauses longer than the renew deadline).
@@ -300,6 +303,10 @@ node_ready() { [ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.t
 for n in $(node_names); do
   wait_for "node $n Ready" 120 "kubelet-$n" node_ready "$n"
 done
+
+# Pods are refused until the controller-manager has made their namespace's
+# service account: wait for default's, so the cluster is usable at once.
+wait_for "service account default/default" 60 kube-controller-manager kubectl -n default get serviceaccount default
 
 kubectl get nodes -o wide
 log "up in $((SECONDS - t0)) s"
