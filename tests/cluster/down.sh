@@ -38,11 +38,12 @@ stop etcd
 for n in $(node_names); do stop "containerd-$n"; done
 
 # 3. Whatever of ours still runs (containerd shims, containers that outlived
-# their runtime, e.g. when it had died): a process whose command line names
-# the state dir (shims: -address <our socket>), or whose cgroup is one of our
-# runtimes' tasks (containerd names it /k8s.io/<id>, and <id> has a task dir
-# in that runtime's state dir). Found by pid, killed by pid. Pure bash: no
-# grep whose own argv would name the state dir.
+# their runtime, e.g. when it had died): a shim of one of our runtimes
+# (its command line has -address <our socket>), or a process whose cgroup is
+# one of our runtimes' tasks (containerd names it /k8s.io/<id>, and <id> has
+# a task dir in that runtime's state dir). Not just any command line naming
+# the state dir: someone's `tail -f` of a log is not ours. Found by pid,
+# killed by pid. Pure bash (no grep in a pipeline).
 ours() {
   local p args line d
   local -A ids=()
@@ -53,7 +54,7 @@ ours() {
     p="${p#/proc/}"
     [ "$p" = "$$" ] && continue
     mapfile -d "" args 2>/dev/null <"/proc/$p/cmdline" || continue
-    if [[ "${args[*]}" == *"$STATE"* ]]; then
+    if [[ "${args[*]}" == *"-address $NODES_DIR/"* ]]; then
       echo "$p"
       continue
     fi
