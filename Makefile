@@ -10,8 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport \
-	cluster-bins cluster-images cluster-up cluster-down cluster-smoke
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication bench-replication bench-transport
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,6 +31,24 @@ vet: ## go vet and gofmt
 
 zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 	tests/scripts/zfs-up.sh
+
+# A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
+# kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
+.PHONY: cluster-bins cluster-images cluster-up cluster-down cluster-smoke
+cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
+	tests/cluster/build-bins.sh
+
+cluster-images: build ## write the pause, ferry and test images and import them into every node
+	tests/cluster/images.sh
+
+cluster-up: build ## start the local 3-node cluster (idempotent); prints its KUBECONFIG
+	tests/cluster/up.sh
+
+cluster-down: ## stop the local cluster and remove everything it made
+	tests/cluster/down.sh
+
+cluster-smoke: ## pods on every node, exec, logs, anti-affinity spread, on the running cluster
+	tests/cluster/smoke.sh
 
 unit: zfs-up ## unit, contract (memstore and real ZFS) and app tests
 	$(GOTEST) -count=1 ./...
@@ -56,23 +73,6 @@ bench-replication: zfs-up ## Ferry's peer transport vs a raw zfs send | zfs recv
 
 test: lint-layers vet unit sanity test-replication ## everything CI runs
 	@echo "make test: all passed"
-
-# A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
-# kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
-	tests/cluster/build-bins.sh
-
-cluster-images: build ## write the pause, ferry and test images and import them into every node
-	tests/cluster/images.sh
-
-cluster-up: build ## start the local 3-node cluster (idempotent); prints its KUBECONFIG
-	tests/cluster/up.sh
-
-cluster-down: ## stop the local cluster and remove everything it made
-	tests/cluster/down.sh
-
-cluster-smoke: ## pods on every node, exec, logs, anti-affinity spread, on the running cluster
-	tests/cluster/smoke.sh
 
 clean: ## remove build outputs
 	rm -rf $(BIN)
