@@ -32,6 +32,24 @@ vet: ## go vet and gofmt
 zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 	tests/scripts/zfs-up.sh
 
+# A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
+# kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
+.PHONY: cluster-bins cluster-images cluster-up cluster-down cluster-smoke
+cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
+	tests/cluster/build-bins.sh
+
+cluster-images: build ## write the pause, ferry and test images and import them into every node
+	tests/cluster/images.sh
+
+cluster-up: build ## start the local 3-node cluster (idempotent); prints its KUBECONFIG
+	tests/cluster/up.sh
+
+cluster-down: ## stop the local cluster and remove everything it made
+	tests/cluster/down.sh
+
+cluster-smoke: ## pods on every node, exec, logs, anti-affinity spread, on the running cluster
+	tests/cluster/smoke.sh
+
 unit: zfs-up ## unit, contract (memstore and real ZFS) and app tests
 	$(GOTEST) -count=1 ./...
 
