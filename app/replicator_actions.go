@@ -70,6 +70,12 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 			r.log.Info("primary stepped down", zap.String("final", replica.SnapshotName(a.Final)), zap.Uint64("epoch", uint64(a.Epoch)))
 		}
 		return err
+	case replica.ForgetFetch:
+		err := r.update(ctx, func(s *replica.State) error { return replica.ClearFetch(s, r.cfg.Node, a.Target) })
+		if err == nil {
+			r.log.Info("fetch target forgotten: the transfer failed and left nothing", zap.String("snapshot", replica.SnapshotName(a.Target)))
+		}
+		return err
 	case replica.DestroySnapshots:
 		for _, s := range a.Snaps {
 			err := r.store.DestroySnapshot(ctx, r.cfg.Volume, replica.SnapshotName(s))

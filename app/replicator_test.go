@@ -416,6 +416,11 @@ func TestAReplacementThatFailsKeepsTheOldCopyUntilTheNewOneIsWhole(t *testing.T)
 	c.eventually("b tried to replace its copy and failed", func() bool {
 		return strings.Contains(c.reps["b"].Status().LastError, "mid-stream")
 	})
+	c.eventually("b forgot the target of its failed transfer", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return b.Fetching.Number == 0
+	})
 	c.stop("b")
 	if !c.holds("b", "an old copy") {
 		t.Fatal("a failed replacement destroyed b's old copy")
