@@ -53,6 +53,8 @@ type cluster struct {
 	cancel map[replica.Node]context.CancelFunc
 	done   map[replica.Node]chan struct{}
 	reps   map[replica.Node]*app.Replicator
+	// recorder, when set, sees every write of the volume managers started.
+	recorder *recordingState
 }
 
 const volID = volume.ID("volID-1")
@@ -81,13 +83,44 @@ func newCluster(t *testing.T, rf int, nodes ...replica.Node) *cluster {
 	return c
 }
 
+// recordingState keeps every state an Update wrote.
+type recordingState struct {
+	ports.ClusterState
+	mu     sync.Mutex
+	states []replica.State
+}
+
+func (r *recordingState) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
+	st, err := r.ClusterState.Update(ctx, id, fn)
+	if err == nil {
+		r.mu.Lock()
+		r.states = append(r.states, st)
+		r.mu.Unlock()
+	}
+	return st, err
+}
+
+// recordWrites makes the volume managers started from now on write
+// through a recorder; writes returns what they wrote.
+func (c *cluster) recordWrites() { c.recorder = &recordingState{ClusterState: c.state} }
+
+func (c *cluster) writes() []replica.State {
+	c.recorder.mu.Lock()
+	defer c.recorder.mu.Unlock()
+	return append([]replica.State(nil), c.recorder.states...)
+}
+
 func (c *cluster) start(n replica.Node) { c.startWith(n, func(*app.ReplicatorConfig) {}) }
 
 // startWith starts n's volume manager with its configuration changed by opt.
 func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
 	cfg := app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3}
 	opt(&cfg)
-	r := app.NewReplicator(cfg, c.stores[n], c.state, c.net, c.events, zap.NewNop())
+	var state ports.ClusterState = c.state
+	if c.recorder != nil {
+		state = c.recorder
+	}
+	r := app.NewReplicator(cfg, c.stores[n], state, c.net, c.events, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()
@@ -412,14 +445,20 @@ func TestAReplacementThatFailsKeepsTheOldCopyUntilTheNewOneIsWhole(t *testing.T)
 		t.Fatal(err)
 	}
 	c.net.BreakStreams("a", 16)
+	c.recordWrites()
 	c.start("b")
 	c.eventually("b tried to replace its copy and failed", func() bool {
 		return strings.Contains(c.reps["b"].Status().LastError, "mid-stream")
 	})
 	c.eventually("b forgot the target of its failed transfer", func() bool {
-		st, _ := c.state.Get(ctx, volID)
-		b, _ := st.Replica("b")
-		return b.Fetching.Number == 0
+		// b retries, recording and forgetting on every attempt: look at
+		// every state written since, not at one sample.
+		forgotten := false
+		for _, st := range c.writes() {
+			b, _ := st.Replica("b")
+			forgotten = forgotten || (b.Fetching.Number == 0 && st.Version != "")
+		}
+		return forgotten
 	})
 	c.stop("b")
 	if !c.holds("b", "an old copy") {
