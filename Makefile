@@ -34,9 +34,12 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: cluster-bins cluster-images cluster-up cluster-down cluster-smoke
+.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
+
+cluster-sidecars: ## build the kubernetes-csi sidecars (provisioner, resizer, snapshotter, snapshot-controller) and copy the snapshot CRDs into ~/.cache/ferry
+	tests/cluster/sidecars/build.sh
 
 cluster-images: build ## write the pause, ferry and test images and import them into every node
 	tests/cluster/images.sh
