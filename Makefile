@@ -34,7 +34,7 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke
+.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
 
@@ -46,6 +46,9 @@ cluster-images: build ## write the pause, ferry and test images and import them 
 
 cluster-up: build ## start the local 3-node cluster (idempotent); prints its KUBECONFIG
 	tests/cluster/up.sh
+
+cluster-deploy: build ## deploy Ferry from deploy/ (overlay tests/cluster/overlay) on the running cluster; waits until every kubelet registered it
+	tests/cluster/deploy.sh
 
 cluster-down: ## stop the local cluster and remove everything it made
 	tests/cluster/down.sh

@@ -36,11 +36,23 @@ done
 "$TOOLS/imagetar" -o "$IMAGES/ferry-test.tar" -tag ferry-test:dev \
   -file "$busybox_bin=/bin/busybox" "${applets[@]}" -dir /tmp=1777 -dir /etc -cmd sh
 
+# The kubernetes-csi sidecars (make cluster-sidecars builds them), as
+# ferry/<name>:<version>: the images deploy/ names.
+sidecar_dir="${FERRY_SIDECAR_BIN:-$FERRY_CACHE/sidecars}"
+"$repo/tests/cluster/sidecars/build.sh"
+sidecar_imgs=()
+for s in csi-provisioner:v6.3.0 csi-resizer:v2.3.0 csi-snapshotter:v8.7.0 snapshot-controller:v8.7.0; do
+  name="${s%%:*}" ver="${s##*:}"
+  "$TOOLS/imagetar" -o "$IMAGES/$name.tar" -tag "ferry/$name:$ver" \
+    -file "$sidecar_dir/$name-$ver=/$name" -dir /tmp=1777 -entrypoint "/$name"
+  sidecar_imgs+=("$name")
+done
+
 [ "${1:-}" = --build-only ] && exit 0
 for n in $(node_names); do
   running "containerd-$n" || die "containerd of $n is not running (make cluster-up)"
-  for img in pause ferry ferry-test; do
+  for img in pause ferry ferry-test "${sidecar_imgs[@]}"; do
     ctr --address "$(node_sock "$n")" -n k8s.io images import --all-platforms "$IMAGES/$img.tar" >/dev/null
   done
-  log "images imported into $n: pause, ferry, ferry-test"
+  log "images imported into $n: pause, ferry, ferry-test, ${sidecar_imgs[*]}"
 done

@@ -130,17 +130,21 @@ func (m *manifests) workloads() []workload {
 	}
 	for _, d := range typed[*appsv1.Deployment](m) {
 		o := m.where(d)
-		out = append(out, workload{object: o, namespace: m.namespaceOf(o), mode: "controller", selector: d.Spec.Selector, template: d.Spec.Template})
+		mode := "controller"
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "ferry" }) {
+			mode = "" // another component (snapshot-controller): no ferry mode to check
+		}
+		out = append(out, workload{object: o, namespace: m.namespaceOf(o), mode: mode, selector: d.Spec.Selector, template: d.Spec.Template})
 	}
 	return out
 }
 
-// mustWorkloads returns the workloads, failing unless there is a DaemonSet
-// and a Deployment.
+// mustWorkloads returns the workloads, failing unless there is the node
+// DaemonSet (Ferry runs on every node; its controller service too).
 func mustWorkloads(t *testing.T, m *manifests) []workload {
 	t.Helper()
 	ws := m.workloads()
-	for _, mode := range []string{"daemon", "controller"} {
+	for _, mode := range []string{"daemon"} {
 		if !slices.ContainsFunc(ws, func(w workload) bool { return w.mode == mode }) {
 			kind := map[string]string{"daemon": "DaemonSet", "controller": "Deployment"}[mode]
 			t.Fatalf("the manifests define no %s (for `ferry %s`)", kind, mode)

@@ -125,11 +125,28 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			return nil
 		}},
-		{"the node service account writes nothing but events", nodeRoles, everyRule(func(pr rbacv1.PolicyRule) string {
-			writes := matching(pr.Verbs, isWrite)
-			others := matching(pr.Resources, func(r string) bool { return r != "events" })
-			if len(writes) > 0 && (len(others) > 0 || len(pr.NonResourceURLs) > 0) {
-				return fmt.Sprintf("grants the write verbs %q on %q; the node plugin may only read (get, list, watch), except to create/patch events", writes, slices.Concat(others, pr.NonResourceURLs))
+		{"the node service account writes only what its sidecars must", nodeRoles, everyRule(func(pr rbacv1.PolicyRule) string {
+			// What external-provisioner and csi-snapshotter (--node-deployment)
+			// and csi-resizer write; ferry daemon itself only reads.
+			allowed := map[string][]string{
+				"events":                        {"create", "update", "patch"},
+				"persistentvolumes":             {"create", "patch", "delete"},
+				"persistentvolumeclaims":        {"update"},
+				"persistentvolumeclaims/status": {"patch"},
+				"volumesnapshotcontents":        {"update", "patch"},
+				"volumesnapshotcontents/status": {"update", "patch"},
+				"leases":                        {"create", "update", "patch"},
+			}
+			var bad []string
+			for _, r := range pr.Resources {
+				for _, v := range matching(pr.Verbs, isWrite) {
+					if !slices.Contains(allowed[r], v) {
+						bad = append(bad, v+" "+r)
+					}
+				}
+			}
+			if len(bad) > 0 || (len(pr.NonResourceURLs) > 0 && len(matching(pr.Verbs, isWrite)) > 0) {
+				return fmt.Sprintf("grants %q; the node pod writes only events, the PVs and claims it provisions or resizes, snapshot contents and the resizer's lease", bad)
 			}
 			return ""
 		})},

@@ -89,6 +89,9 @@ func TestEveryWorkloadSelectorMatchesItsPodTemplateLabels(t *testing.T) {
 func TestTheFerryContainerRunsItsModeWithOnlyFlagsTheBinaryAccepts(t *testing.T) {
 	m := mustLoad(t)
 	for _, w := range mustWorkloads(t, m) {
+		if w.mode == "" {
+			continue // not a ferry workload
+		}
 		t.Run(w.gvk.Kind+" "+w.name(), func(t *testing.T) {
 			c, ok := container(w, "ferry")
 			if !ok {
@@ -174,6 +177,20 @@ func TestTheStorageClassSetsOnlyParametersTheDriverAllows(t *testing.T) {
 		}
 		if _, err := volume.ParseParams(sc.Parameters); err != nil {
 			t.Errorf("%s: the driver refuses its parameters: volume.ParseParams: %v", o, err)
+		}
+	}
+}
+
+// Every image the manifests name is one this project builds
+// (tests/cluster/images.sh): ferry itself and the kubernetes-csi sidecars
+// built from the Go module proxy, under ferry/.
+func TestEveryImageIsOneThisProjectBuilds(t *testing.T) {
+	m := mustLoad(t)
+	for _, w := range m.workloads() {
+		for _, c := range append(w.template.Spec.InitContainers, w.template.Spec.Containers...) {
+			if !strings.HasPrefix(c.Image, "ferry:") && !strings.HasPrefix(c.Image, "ferry/") {
+				t.Errorf("%s container %s runs image %q, which this project does not build", w.object, c.Name, c.Image)
+			}
 		}
 	}
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Deploys Ferry on the running local cluster from deploy/ through the
+# overlay tests/cluster/overlay: builds and imports the images (ferry:dev and
+# the sidecars), applies the VolumeSnapshot CRDs and the overlay, and waits
+# until every node's kubelet has registered the driver and the snapshot
+# controller runs. Idempotent: run it again after changing the code.
+set -euo pipefail
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+export KUBECONFIG="$KUBECONFIG_FILE"
+k() { "$BIN/kubectl" "$@"; }
+k get nodes >/dev/null 2>&1 || die "the cluster is not up (make cluster-up)"
+
+"$here/images.sh"
+crds="${FERRY_SIDECAR_BIN:-$FERRY_CACHE/sidecars}/crds-v8.7.0"
+k apply --server-side -f "$crds" >/dev/null
+k wait --for=condition=Established --timeout=60s crd/volumesnapshots.snapshot.storage.k8s.io \
+  crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshotclasses.snapshot.storage.k8s.io >/dev/null
+k apply -k "$repo/tests/cluster/overlay" >/dev/null
+# A rebuilt ferry:dev has the same tag: restart the pods to run it.
+k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller >/dev/null
+k -n ferry-system rollout status daemonset/ferry-node --timeout=180s
+k -n ferry-system rollout status deployment/ferry-snapshot-controller --timeout=120s
+for n in $(node_names); do
+  deadline=$((SECONDS + 120))
+  until k get csinode "$n" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null | grep -qw ferry.zfs.csi.io; do
+    [ $SECONDS -lt $deadline ] || die "the kubelet of $n did not register ferry.zfs.csi.io (kubectl -n ferry-system logs -l app.kubernetes.io/component=node -c ferry)"
+    sleep 1
+  done
+done
+log "ferry deployed; driver registered on: $(node_names | tr '\n' ' ')"
+k get pods -n ferry-system -o wide
