@@ -92,6 +92,15 @@ kubectl get pods -A --no-headers 2>/dev/null | awk '$2 ~ /snapshot-controller/ &
   die "no snapshot-controller pod is Running (make cluster-deploy; kubectl get pods -A)"
 bad="$(kubectl get pods -A --no-headers 2>/dev/null | awk '$2 ~ /ferry/ && $4 != "Running" { print $1 "/" $2 " " $4 }')"
 [ -z "$bad" ] || die "Ferry pods not Running: $bad"
+# Every volume reserves its size in its node's pool (refreservation), and
+# volume-expand's volumes are 1Gi growing by 64Mi: two such tests on one node
+# (2 processes) and the others' volumes do not fit in 2G pools.
+min_pool=$((${E2E_MIN_POOL_GIB:-4} << 30))
+for n in $nodes; do
+  img="$STATE/pools/$(node_pool "$n").img"
+  size="$(stat -c %s "$img" 2>/dev/null || echo 0)"
+  ((size >= min_pool)) || die "the pool of $n ($img) is $((size >> 20)) MiB, less than ${E2E_MIN_POOL_GIB:-4} GiB: bring the cluster up again with larger pools (make cluster-down; FERRY_E2E_POOL_SIZE=8G make cluster-up cluster-deploy)"
+done
 log "cluster: nodes $(echo $nodes); Ferry registered on every node; snapshot CRDs and controller present"
 
 "$e2e/images.sh"
