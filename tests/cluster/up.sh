@@ -112,11 +112,15 @@ for n in $(node_names); do
   done
 done
 
-# --- shared mount propagation for the kubelets' dirs ----------------------
-if ! mountpoint -q "$NODES_DIR"; then
-  mount --bind "$NODES_DIR" "$NODES_DIR"
-fi
-mount --make-rshared "$NODES_DIR"
+# --- shared mount propagation for the kubelets' dirs and the datasets ----
+# (the node pod mounts both; the datasets' dir HostToContainer, which
+# needs a shared mount so that a dataset mounted later reaches it)
+for d in "$NODES_DIR" "$STATE/zfs"; do
+  if ! mountpoint -q "$d"; then
+    mount --bind "$d" "$d"
+  fi
+  mount --make-rshared "$d"
+done
 
 # --- zfs pools, one per node ----------------------------------------------
 for n in $(node_names); do
