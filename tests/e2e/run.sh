@@ -55,6 +55,8 @@ e2e_flags=(
   -storage.testdriver="$e2e/testdriver.yaml"
   -repo-root="$repo"
   -kubeconfig="$KUBECONFIG_FILE"
+  # kubectl exec in the tests: the cluster's own, never whatever kubectl is on PATH
+  -kubectl-path="$KUBECTL"
   -report-dir="$ARTIFACTS"
   # the local cluster runs no pods in kube-system: nothing to wait for
   -minStartupPods=0
