@@ -117,12 +117,16 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 // destroyDataset destroys the volume's own dataset and snapshots, leaving
 // its staging dataset alone.
 func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
-	if _, err := s.GetVolume(ctx, id); err != nil {
+	info, err := s.GetVolume(ctx, id)
+	if err != nil {
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.dataset(id)}
-	err := retryBusy(ctx, func() error {
+	err = retryBusy(ctx, func() error {
 		if err := s.unmount(ctx, s.dataset(id)); err != nil && !errors.Is(err, ports.ErrBusy) {
+			return err
+		}
+		if err := unmountLeftover(s.dataset(id), info.MountPath); err != nil && !errors.Is(err, ports.ErrBusy) {
 			return err
 		}
 		if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {

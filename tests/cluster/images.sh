@@ -4,7 +4,9 @@
 # containerd. Nothing is pulled from anywhere.
 #   registry.k8s.io/pause:3.6  the pod sandbox: tests/cluster/pause, static
 #   ferry:dev                  bin/ferry, the zfs and zpool CLIs with their
-#                              libraries, /var/run/zfs for the daemon's socket
+#                              libraries, /var/run/zfs for the daemon's socket,
+#                              /etc/mtab (without it zfs thinks nothing is
+#                              mounted: unmount does nothing, destroy is busy)
 #   ferry-test:dev             a static busybox with its applets, for test pods
 # With --build-only, writes the tars and imports nothing.
 set -euo pipefail
@@ -25,7 +27,8 @@ if ldd "$repo/bin/ferry" >/dev/null 2>&1; then
 fi
 "$TOOLS/imagetar" -o "$IMAGES/ferry.tar" -tag ferry:dev \
   "${ferry_args[@]}" -ldd /usr/sbin/zfs -ldd /usr/sbin/zpool \
-  -dir /var/run/zfs -dir /tmp=1777 -entrypoint /usr/local/bin/ferry
+  -dir /var/run/zfs -dir /tmp=1777 -dir /etc -symlink /etc/mtab=/proc/self/mounts \
+  -entrypoint /usr/local/bin/ferry
 
 busybox_bin="$(command -v busybox)"
 ldd "$busybox_bin" >/dev/null 2>&1 && die "$busybox_bin is not static (apt-get install busybox-static)"

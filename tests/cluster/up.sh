@@ -113,7 +113,7 @@ for n in $(node_names); do
 done
 
 # --- shared mount propagation for the kubelets' dirs and the datasets ----
-# (the node pod mounts both; the datasets' dir HostToContainer, which
+# (the node pod mounts both, Bidirectional, which
 # needs a shared mount so that a dataset mounted later reaches it)
 for d in "$NODES_DIR" "$STATE/zfs"; do
   if ! mountpoint -q "$d"; then

@@ -1,0 +1,80 @@
+//go:build linux
+
+package zfs
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// unmountLeftover unmounts the dataset's filesystem at mountpoint when it
+// is still mounted in this process's mount namespace after `zfs unmount`
+// said it was done. Seen with zfs-fuse's CLI in a container: it answers 0
+// and leaves the mount, and the dataset then stays "busy" for destroy. Only
+// a mount whose source is the dataset itself is touched.
+func unmountLeftover(dataset, mountpoint string) error {
+	if mountpoint == "" || !strings.HasPrefix(mountpoint, "/") {
+		return nil
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil // no mount table to check: nothing to do
+	}
+	defer f.Close()
+	mounted := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range fields {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		if unescapeMount(fields[4]) == mountpoint && fields[sep+2] == dataset {
+			mounted = true
+		}
+	}
+	if !mounted {
+		return nil
+	}
+	if err := unix.Unmount(mountpoint, 0); err != nil {
+		if err == unix.EBUSY {
+			return fmt.Errorf("unmount %s: %v: %w", mountpoint, err, ports.ErrBusy)
+		}
+		return fmt.Errorf("unmount %s: %w", mountpoint, err)
+	}
+	return nil
+}
+
+// unescapeMount undoes the kernel's octal escapes (\040 for a space) in
+// mountinfo paths.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v int
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
