@@ -13,7 +13,8 @@
 #   E2E_FOCUS     replaces the focus regex (default: the chosen suites below)
 #   E2E_SKIP      added to the skip regex
 #   E2E_TIMEOUT   ginkgo's suite timeout (default 3h)
-#   E2E_ARTIFACTS where the log, the spec list and the JUnit report go
+#   E2E_ARTIFACTS where the log, the spec list and the reports go (JUnit; JSON
+#                 with every spec's output, the passed ones' too)
 #                 (default /tmp/ferry-e2e-k8s-suite; kept after cluster-down)
 set -euo pipefail
 e2e="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -123,7 +124,7 @@ start=$SECONDS
 set +e
 "$GINKGO" --procs="$PROCS" --no-color --timeout="${E2E_TIMEOUT:-3h}" \
   --focus="$FOCUS" --skip="$SKIP" --label-filter="$LABELS" \
-  --output-dir="$ARTIFACTS" --junit-report=junit.xml \
+  --output-dir="$ARTIFACTS" --junit-report=junit.xml --json-report=report.json \
   "$E2E_TEST" -- "${e2e_flags[@]}" 2>&1 | tee "$ARTIFACTS/run.log"
 rc=${PIPESTATUS[0]}
 set -e
