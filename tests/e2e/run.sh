@@ -13,6 +13,7 @@
 #   E2E_FOCUS     replaces the focus regex (default: the chosen suites below)
 #   E2E_SKIP      added to the skip regex
 #   E2E_TIMEOUT   ginkgo's suite timeout (default 3h)
+#   E2E_CLIENT_NODE the node every test pod runs on (default the first node)
 #   E2E_ARTIFACTS where the log, the spec list and the reports go (JUnit; JSON
 #                 with every spec's output, the passed ones' too)
 #                 (default /tmp/ferry-e2e-k8s-suite; kept after cluster-down)
@@ -62,6 +63,17 @@ mkdir -p "$ARTIFACTS"
 # with absolute paths.
 DRIVER_FILE="$ARTIFACTS/testdriver.yaml"
 sed "s#^\([[:space:]]*FromFile:[[:space:]]*\)tests/#\1$repo/tests/#" "$e2e/testdriver.yaml" >"$DRIVER_FILE"
+# Every test pod runs on one node (ClientNodeName), as the e2e framework's
+# own csi-hostpath driver does: a snapshot lives in its volume's pool, and a
+# volume restored from it is created on the node the scheduler picks for the
+# restoring pod, which knows nothing of where the snapshot is (clones are
+# placed by the provisioning suite's topology handling, snapshot restores
+# are not). E2E_CLIENT_NODE names the node; default the first one.
+client_node="${E2E_CLIENT_NODE:-}"
+if [ -z "$client_node" ] && ! $DRY_RUN; then
+  client_node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)"
+fi
+[ -z "$client_node" ] || echo "ClientNodeName: $client_node" >>"$DRIVER_FILE"
 
 e2e_flags=(
   -storage.testdriver="$DRIVER_FILE"
