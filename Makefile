@@ -13,7 +13,7 @@ CSI_SANITY_VERSION := v5.6.0
 .PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport sim
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 build: ## build bin/ferry
 	go build -o $(BIN)/ferry ./cmd/ferry
@@ -55,6 +55,21 @@ cluster-down: ## stop the local cluster and remove everything it made
 
 cluster-smoke: ## pods on every node, exec, logs, anti-affinity spread, on the running cluster
 	tests/cluster/smoke.sh
+
+# The Kubernetes project's External Storage suite (v1.37.2) against Ferry on
+# the running local cluster; see tests/e2e/README.md. Brings nothing up.
+.PHONY: e2e-k8s-build e2e-k8s-images e2e-k8s-suite e2e-k8s-dry-run
+e2e-k8s-build: ## build e2e.test, the ginkgo CLI and agnhost for v1.37.2 into ~/.cache/ferry (once)
+	tests/e2e/build.sh
+
+e2e-k8s-images: ## write the e2e test images and import them into every node
+	tests/e2e/images.sh
+
+e2e-k8s-dry-run: ## list the External Storage specs e2e-k8s-suite selects (no cluster needed)
+	tests/e2e/run.sh --dry-run
+
+e2e-k8s-suite: ## run the External Storage suite against Ferry on the running cluster (make cluster-up cluster-deploy first)
+	tests/e2e/run.sh
 
 unit: zfs-up ## unit, contract (memstore and real ZFS) and app tests
 	$(GOTEST) -count=1 ./...
