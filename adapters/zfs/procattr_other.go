@@ -12,4 +12,4 @@ func dieWithParent(*exec.Cmd) {}
 func growPipe(*os.File) {}
 
 // unmountLeftover is Linux's concern only.
-func unmountLeftover(dataset, mountpoint string) error { return nil }
+func unmountLeftover(dataset string) error { return nil }

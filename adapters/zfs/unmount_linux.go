@@ -13,21 +13,18 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// unmountLeftover unmounts the dataset's filesystem at mountpoint when it
-// is still mounted in this process's mount namespace after `zfs unmount`
-// said it was done. Seen with zfs-fuse's CLI in a container: it answers 0
-// and leaves the mount, and the dataset then stays "busy" for destroy. Only
-// a mount whose source is the dataset itself is touched.
-func unmountLeftover(dataset, mountpoint string) error {
-	if mountpoint == "" || !strings.HasPrefix(mountpoint, "/") {
-		return nil
-	}
+// unmountLeftover unmounts the dataset's filesystem where it is still
+// mounted in this process's mount namespace after `zfs unmount` said it
+// was done. Seen with zfs-fuse's CLI in a container: it answers 0 and
+// leaves the mount, and the dataset then stays "busy" for destroy and
+// rename. Only mounts whose source is the dataset itself are touched.
+func unmountLeftover(dataset string) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil // no mount table to check: nothing to do
 	}
 	defer f.Close()
-	mounted := false
+	var mounted []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
@@ -42,18 +39,17 @@ func unmountLeftover(dataset, mountpoint string) error {
 		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		if unescapeMount(fields[4]) == mountpoint && fields[sep+2] == dataset {
-			mounted = true
+		if unescapeMount(fields[sep+2]) == dataset && strings.HasPrefix(fields[4], "/") {
+			mounted = append(mounted, unescapeMount(fields[4]))
 		}
 	}
-	if !mounted {
-		return nil
-	}
-	if err := unix.Unmount(mountpoint, 0); err != nil {
-		if err == unix.EBUSY {
-			return fmt.Errorf("unmount %s: %v: %w", mountpoint, err, ports.ErrBusy)
+	for i := len(mounted) - 1; i >= 0; i-- { // the newest first
+		if err := unix.Unmount(mounted[i], 0); err != nil && err != unix.EINVAL {
+			if err == unix.EBUSY {
+				return fmt.Errorf("unmount %s: %v: %w", mounted[i], err, ports.ErrBusy)
+			}
+			return fmt.Errorf("unmount %s: %w", mounted[i], err)
 		}
-		return fmt.Errorf("unmount %s: %w", mountpoint, err)
 	}
 	return nil
 }

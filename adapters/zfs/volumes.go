@@ -117,16 +117,12 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 // destroyDataset destroys the volume's own dataset and snapshots, leaving
 // its staging dataset alone.
 func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
-	info, err := s.GetVolume(ctx, id)
-	if err != nil {
+	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.dataset(id)}
-	err = retryBusy(ctx, func() error {
+	err := retryBusy(ctx, func() error {
 		if err := s.unmount(ctx, s.dataset(id)); err != nil && !errors.Is(err, ports.ErrBusy) {
-			return err
-		}
-		if err := unmountLeftover(s.dataset(id), info.MountPath); err != nil && !errors.Is(err, ports.ErrBusy) {
 			return err
 		}
 		if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {
@@ -141,13 +137,18 @@ func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
 }
 
 // unmount unmounts a dataset; one that is not mounted is fine.
+// The zfs CLI's word is checked against this process's mount table: a
+// mount it left behind is unmounted directly (see unmountLeftover).
 func (s *Store) unmount(ctx context.Context, dataset string) error {
 	_, err := s.run.zfs(ctx, "unmount", dataset)
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "not currently mounted") {
-		return nil
+		err = nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return unmountLeftover(dataset)
 }
 
 // Resize grows (or shrinks, if the data fits) the quota and reservation.

@@ -1,0 +1,256 @@
+//go:build cluster
+
+// Package e2e runs Ferry's own checks on the local cluster (make
+// test-cluster): real kubelets, scheduler, provisioner and snapshotter.
+// Every check reads data back by checksum.
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	kubectlBin = envOr("KUBECTL", filepath.Join(os.Getenv("HOME"), ".cache/ferry/k8s-v1.37.2/kubectl"))
+	kubeconfig = envOr("KUBECONFIG", "/var/lib/ferry-e2e/kubeconfig")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func must(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, err := kubectl(t, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// eventually polls cond every half second until it holds, failing after
+// timeout with what it last saw.
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s; last seen: %s", timeout, what, seen)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// namespace makes a namespace for one test, deleted at its end.
+func namespace(t *testing.T) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "ferry-test-" + hex.EncodeToString(b)
+	must(t, "", "create", "namespace", ns)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := kubectl(t, "", "-n", ns, "get", "pods,pvc,volumesnapshots,events", "-o", "wide")
+			t.Logf("namespace %s at failure:\n%s", ns, out)
+		}
+		_, _ = kubectl(t, "", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
+	})
+	return ns
+}
+
+func pvcYAML(name, size, source string) string {
+	ds := ""
+	if source != "" {
+		ds = fmt.Sprintf("  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: %s}\n", source)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %s}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ferry
+  resources: {requests: {storage: %s}}
+%s`, name, size, ds)
+}
+
+// podYAML runs a pod that keeps the claim mounted at /data; node, when
+// set, pins it there.
+func podYAML(name, claim, node string) string {
+	sel := ""
+	if node != "" {
+		sel = fmt.Sprintf("  nodeSelector: {kubernetes.io/hostname: %s}\n", node)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+%s  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: ferry-test:dev
+    imagePullPolicy: Never
+    command: [sh, -c, "sleep 100000"]
+    volumeMounts: [{name: v, mountPath: /data}]
+  volumes: [{name: v, persistentVolumeClaim: {claimName: %s}}]
+`, name, sel, claim)
+}
+
+func runPod(t *testing.T, ns, name, claim, node string) string {
+	t.Helper()
+	must(t, podYAML(name, claim, node), "-n", ns, "apply", "-f", "-")
+	must(t, "", "-n", ns, "wait", "--for=condition=Ready", "pod/"+name, "--timeout=120s")
+	return strings.TrimSpace(must(t, "", "-n", ns, "get", "pod", name, "-o", "jsonpath={.spec.nodeName}"))
+}
+
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	must(t, "", "-n", ns, "delete", "pod", name, "--wait=true", "--timeout=120s")
+}
+
+// writeRandom writes size bytes of random data to /data/<file> in the pod
+// and returns their checksum as the pod reads them back.
+func writeRandom(t *testing.T, ns, pod, file string, kib int) string {
+	t.Helper()
+	must(t, "", "-n", ns, "exec", pod, "--", "sh", "-c", fmt.Sprintf("dd if=/dev/urandom of=/data/%s bs=1024 count=%d 2>/dev/null && sync", file, kib))
+	return checksum(t, ns, pod, file)
+}
+
+func checksum(t *testing.T, ns, pod, file string) string {
+	t.Helper()
+	out := must(t, "", "-n", ns, "exec", pod, "--", "sha256sum", "/data/"+file)
+	return strings.Fields(out)[0]
+}
+
+func volumeOf(t *testing.T, ns, claim string) string {
+	return strings.TrimSpace(must(t, "", "-n", ns, "get", "pvc", claim, "-o", "jsonpath={.spec.volumeName}"))
+}
+
+// datasetExists reports whether node's pool holds the volume's dataset.
+func datasetExists(t *testing.T, node, vol string) bool {
+	out, err := exec.Command("zfs", "list", "-H", "-o", "name", "ferry-"+node+"/ferry/"+vol).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "does not exist") {
+		t.Fatalf("zfs list: %v: %s", err, out)
+	}
+	return err == nil
+}
+
+func TestAPodsDataOutlivesThePodAndTheClaimsDeletionRemovesTheDataset(t *testing.T) {
+	ns := namespace(t)
+	must(t, pvcYAML("data", "64Mi", ""), "-n", ns, "apply", "-f", "-")
+	node := runPod(t, ns, "writer", "data", "")
+	sum := writeRandom(t, ns, "writer", "blob", 4096)
+	vol := volumeOf(t, ns, "data")
+	if !datasetExists(t, node, vol) {
+		t.Fatalf("no dataset ferry-%s/ferry/%s for the bound volume", node, vol)
+	}
+	deletePod(t, ns, "writer")
+	if n := runPod(t, ns, "reader", "data", ""); n != node {
+		t.Fatalf("the re-created pod runs on %s, not on %s where its volume is", n, node)
+	}
+	if got := checksum(t, ns, "reader", "blob"); got != sum {
+		t.Fatalf("read back %s, wrote %s", got, sum)
+	}
+	deletePod(t, ns, "reader")
+	must(t, "", "-n", ns, "delete", "pvc", "data", "--wait=true", "--timeout=60s")
+	eventually(t, "the volume and its dataset are gone", 120*time.Second, func() (bool, string) {
+		_, err := kubectl(t, "", "get", "pv", vol)
+		return err != nil && !datasetExists(t, node, vol), fmt.Sprintf("pv: %v, dataset: %v", err, datasetExists(t, node, vol))
+	})
+}
+
+func TestASnapshotRestoresIntoANewClaim(t *testing.T) {
+	ns := namespace(t)
+	must(t, pvcYAML("src", "64Mi", ""), "-n", ns, "apply", "-f", "-")
+	node := runPod(t, ns, "writer", "src", "")
+	sum := writeRandom(t, ns, "writer", "blob", 2048)
+	must(t, fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: snap}
+spec: {volumeSnapshotClassName: ferry-snapshots, source: {persistentVolumeClaimName: src}}
+`), "-n", ns, "apply", "-f", "-")
+	eventually(t, "the snapshot is ready", 120*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "-n", ns, "get", "volumesnapshot", "snap", "-o", "jsonpath={.status.readyToUse} {.status.error.message}")
+		return strings.HasPrefix(out, "true"), out
+	})
+	// Overwritten after the snapshot: the restore must not see it.
+	writeRandom(t, ns, "writer", "blob", 2048)
+	must(t, pvcYAML("restored", "64Mi", "snap"), "-n", ns, "apply", "-f", "-")
+	// A restore is made on the node holding the snapshot.
+	runPod(t, ns, "reader", "restored", node)
+	if got := checksum(t, ns, "reader", "blob"); got != sum {
+		t.Fatalf("the restored volume reads %s, the snapshot held %s", got, sum)
+	}
+}
+
+func TestAMountedClaimGrowsOnline(t *testing.T) {
+	ns := namespace(t)
+	must(t, pvcYAML("data", "64Mi", ""), "-n", ns, "apply", "-f", "-")
+	runPod(t, ns, "app", "data", "")
+	sum := writeRandom(t, ns, "app", "blob", 1024)
+	must(t, "", "-n", ns, "patch", "pvc", "data", "--type=merge", "-p", `{"spec":{"resources":{"requests":{"storage":"192Mi"}}}}`)
+	eventually(t, "the claim reports 192Mi", 120*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "-n", ns, "get", "pvc", "data", "-o", "jsonpath={.status.capacity.storage}")
+		return out == "192Mi", out
+	})
+	eventually(t, "the pod sees the larger filesystem", 60*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "-n", ns, "exec", "app", "--", "df", "-kP", "/data")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) < 2 {
+			return false, out
+		}
+		var kb int64
+		fmt.Sscan(strings.Fields(lines[len(lines)-1])[1], &kb)
+		return kb >= 180*1024, out
+	})
+	if got := checksum(t, ns, "app", "blob"); got != sum {
+		t.Fatalf("after growing, the data reads %s, not %s", got, sum)
+	}
+}
+
+func TestASecondPodOnAnotherNodeIsRefusedWithAClearEvent(t *testing.T) {
+	ns := namespace(t)
+	must(t, pvcYAML("data", "64Mi", ""), "-n", ns, "apply", "-f", "-")
+	node := runPod(t, ns, "first", "data", "")
+	other := "node1"
+	if node == "node1" {
+		other = "node2"
+	}
+	must(t, podYAML("second", "data", other), "-n", ns, "apply", "-f", "-")
+	eventually(t, "the second pod is refused, saying why", 60*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "-n", ns, "get", "events", "--field-selector", "involvedObject.name=second", "-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+		return strings.Contains(out, "FailedScheduling") && strings.Contains(out, "didn't match PersistentVolume's node affinity"), out
+	})
+	phase := strings.TrimSpace(must(t, "", "-n", ns, "get", "pod", "second", "-o", "jsonpath={.status.phase}"))
+	if phase != "Pending" {
+		t.Fatalf("the second pod is %s, want Pending", phase)
+	}
+}
