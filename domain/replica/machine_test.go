@@ -309,25 +309,9 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 	case ReadPeer:
 		return e.machines[n].Step(PeerRead{Peer: a.Peer, Snaps: append([]Snap(nil), e.local[a.Peer]...)})
 	case Fetch:
-		if err := e.cas(func(s *State) error { return RecordFetch(s, n, a.Target) }); err != nil {
-			return err
-		}
-		if e.slow[n] {
-			delete(e.slow, n)
-			e.inFlight[n] = a
-			return errInFlight
-		}
-		return e.land(n, a)
+		return e.transfer(n, a, a.Target)
 	case Replace:
-		if err := e.cas(func(s *State) error { return RecordFetch(s, n, a.Target) }); err != nil {
-			return err
-		}
-		if e.slow[n] {
-			delete(e.slow, n)
-			e.inFlight[n] = a
-			return errInFlight
-		}
-		return e.land(n, a)
+		return e.transfer(n, a, a.Target)
 	case Rollback:
 		if err := e.cas(func(s *State) error { return Report(s, n, a.To, false) }); err != nil {
 			return err
@@ -426,4 +410,18 @@ func (e *scriptEnv) land(n Node, a Action) error {
 		e.dirty[n] = false
 	}
 	return nil
+}
+
+// transfer records the target, then lands the transfer now, or leaves it
+// in flight when the script made the node slow.
+func (e *scriptEnv) transfer(n Node, a Action, target Snap) error {
+	if err := e.cas(func(s *State) error { return RecordFetch(s, n, target) }); err != nil {
+		return err
+	}
+	if e.slow[n] {
+		delete(e.slow, n)
+		e.inFlight[n] = a
+		return errInFlight
+	}
+	return e.land(n, a)
 }
