@@ -22,7 +22,10 @@ type ClusterState interface {
 	// argument: it may run several times. An error from fn aborts without
 	// writing and is returned as is. fn is not called when the state does
 	// not exist (ErrNotFound). A result that fails State.Validate, or that
-	// changes State.Volume, is refused with ErrInvalid. The written state
+	// changes State.Volume or State.ReplicationFactor, is refused with
+	// ErrInvalid: the replication factor is the volume's spec, which its
+	// owner edits (Kubernetes: spec.replicationFactor of the
+	// ReplicatedVolume), while Update writes the replicas' status. The written state
 	// is returned; callers must not rely on its Version changing when fn
 	// changed nothing (Kubernetes skips such writes).
 	Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error)

@@ -42,6 +42,10 @@ func Update(ctx context.Context, id volume.ID, get func(context.Context, volume.
 		if next.Volume != id {
 			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn renamed it to %q: %w", id, next.Volume, ports.ErrInvalid)
 		}
+		if next.ReplicationFactor != read.ReplicationFactor {
+			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn changed the replication factor from %d to %d; it is the volume's spec, changed only by editing it: %w",
+				id, read.ReplicationFactor, next.ReplicationFactor, ports.ErrInvalid)
+		}
 		written, ok, err := swap(read.Version, next)
 		if err != nil || ok {
 			return written, err

@@ -31,6 +31,7 @@ func RunClusterState(t *testing.T, newState func(t *testing.T) ports.ClusterStat
 		{"an update that returns an error writes nothing", failedUpdateWritesNothing},
 		{"an update's version changes on every write", versionChangesOnEveryWrite},
 		{"an invalid state is refused and nothing is written", invalidStateIsRefused},
+		{"an update may not change the replication factor", replicationFactorIsSpec},
 		{"a deleted state is gone and can be created again", deletedStateIsGone},
 		{"concurrent updates from many goroutines lose no increment", concurrentUpdatesLoseNothing},
 		{"two deciders cannot both remove the last copy", twoDecidersKeepTheLastCopy},
@@ -200,6 +201,18 @@ func invalidStateIsRefused(t *testing.T, s ports.ClusterState) {
 		return nil
 	})
 	wantErr(t, "Update to an invalid state", err, ports.ErrInvalid)
+	if got := mustGetState(t, s, "vol-a"); !sameState(got, before) || got.Version != before.Version {
+		t.Fatalf("a refused update wrote %+v, want %+v", got, before)
+	}
+}
+
+func replicationFactorIsSpec(t *testing.T, s ports.ClusterState) {
+	before := mustCreateState(t, s, sampleState("vol-a"))
+	_, err := s.Update(ctx, "vol-a", func(st *replica.State) error {
+		st.ReplicationFactor = 3
+		return nil
+	})
+	wantErr(t, "Update changing the replication factor", err, ports.ErrInvalid)
 	if got := mustGetState(t, s, "vol-a"); !sameState(got, before) || got.Version != before.Version {
 		t.Fatalf("a refused update wrote %+v, want %+v", got, before)
 	}

@@ -1,0 +1,213 @@
+// Package rvapi is Ferry's own Kubernetes resource, ReplicatedVolume
+// (group ferry.zfs.csi.io, cluster-scoped, short name rv): one object per
+// volume holding what a PersistentVolume cannot (its spec.csi and node
+// affinity are immutable). The spec is the volume's desired shape, edited
+// by its owner (replicationFactor scales it); the status is the shared
+// replica state (domain/replica.State), written only by compare-and-swap
+// on resourceVersion through the status subresource, in one request.
+//
+// The CRD is deploy/crd-replicatedvolume.yaml; these types are its Go
+// form, translated to and from the domain here and nowhere else.
+package rvapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+const (
+	Group    = "ferry.zfs.csi.io"
+	Version  = "v1alpha1"
+	Kind     = "ReplicatedVolume"
+	Resource = "replicatedvolumes"
+	// LabelVolume carries the volume ID's hash on every object Ferry makes
+	// for a volume (its ReplicatedVolume included), for selection.
+	LabelVolume = Group + "/volume"
+)
+
+// GVR is the resource's address for dynamic clients and informers.
+var GVR = schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
+
+// APIVersion is "ferry.zfs.csi.io/v1alpha1".
+var APIVersion = Group + "/" + Version
+
+// ReplicatedVolume is one volume.
+type ReplicatedVolume struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              Spec   `json:"spec"`
+	Status            Status `json:"status,omitempty"`
+}
+
+// Spec is what the volume should be.
+type Spec struct {
+	// VolumeID is the CSI volume_id (the object's name when that is a
+	// valid object name; see ObjectName).
+	VolumeID string `json:"volumeID"`
+	// ReplicationFactor is how many nodes hold a copy; editing it scales
+	// the volume.
+	ReplicationFactor int `json:"replicationFactor"`
+	// CapacityBytes is the size of every copy.
+	CapacityBytes int64 `json:"capacityBytes,omitempty"`
+	// SnapshotInterval is how often the primary snapshots (Go duration).
+	SnapshotInterval string `json:"snapshotInterval,omitempty"`
+	// StorageClassName and PersistentVolumeName say where it came from.
+	StorageClassName     string `json:"storageClassName,omitempty"`
+	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
+}
+
+// Status is the shared replica state and its summary.
+type Status struct {
+	// Phase, ReadyReplicas, Newest and MaxLag are derived from the rest
+	// when it is written (replica.Summarize), for `kubectl get rv`.
+	Phase         string `json:"phase,omitempty"`
+	ReadyReplicas int    `json:"readyReplicas"`
+	Newest        string `json:"newest,omitempty"`
+	MaxLag        int64  `json:"maxLag"`
+
+	Epoch    int64           `json:"epoch,omitempty"`
+	Primary  string          `json:"primary,omitempty"`
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// ReplicaStatus is one node's copy (replica.Replica).
+type ReplicaStatus struct {
+	Node          string `json:"node"`
+	Snapshot      int64  `json:"snapshot,omitempty"`
+	SnapshotEpoch int64  `json:"snapshotEpoch,omitempty"`
+	// SnapshotGUID is decimal: a ZFS GUID is a full uint64, beyond what
+	// JSON numbers carry exactly.
+	SnapshotGUID string       `json:"snapshotGUID,omitempty"`
+	Active       bool         `json:"active,omitempty"`
+	Ready        bool         `json:"ready,omitempty"`
+	Fetching     *SnapshotRef `json:"fetching,omitempty"`
+}
+
+// SnapshotRef names a replication snapshot.
+type SnapshotRef struct {
+	Snapshot int64  `json:"snapshot"`
+	Epoch    int64  `json:"epoch"`
+	GUID     string `json:"guid,omitempty"`
+}
+
+// ObjectName is the object name of volume id: the ID itself when it is a
+// valid DNS subdomain (the external-provisioner's "pvc-<uid>" always is,
+// so `kubectl get rv` shows the PV's name), else "rv-" and a hash of it.
+// spec.volumeID keeps the real ID, and readers check it.
+func ObjectName(id volume.ID) string {
+	if len(validation.IsDNS1123Subdomain(string(id))) == 0 {
+		return string(id)
+	}
+	return "rv-" + Hash(id)
+}
+
+// Hash is a short stable digest of the volume ID (40 hex digits), valid
+// in object names and label values.
+func Hash(id volume.ID) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:20])
+}
+
+// FromState renders s as the object to write: spec.volumeID and
+// spec.replicationFactor from s, the status from s and its summary.
+// Version becomes metadata.resourceVersion (the compare of the swap).
+func FromState(s replica.State, deleting bool) ReplicatedVolume {
+	sum := replica.Summarize(s, deleting)
+	rv := ReplicatedVolume{
+		TypeMeta:   metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(s.Volume), ResourceVersion: s.Version},
+		Spec:       Spec{VolumeID: string(s.Volume), ReplicationFactor: s.ReplicationFactor},
+		Status: Status{
+			Phase:         string(sum.Phase),
+			ReadyReplicas: sum.Ready,
+			MaxLag:        int64(sum.MaxLag),
+			Epoch:         int64(s.Epoch),
+			Primary:       string(s.Primary),
+		},
+	}
+	if sum.Newest.Number != 0 {
+		rv.Status.Newest = replica.SnapshotName(sum.Newest)
+	}
+	for _, r := range s.Replicas {
+		rs := ReplicaStatus{
+			Node: string(r.Node), Snapshot: int64(r.Snapshot), SnapshotEpoch: int64(r.SnapshotEpoch),
+			Active: r.Active, Ready: r.Ready,
+		}
+		if r.SnapshotGUID != 0 {
+			rs.SnapshotGUID = strconv.FormatUint(r.SnapshotGUID, 10)
+		}
+		if r.Fetching.Number != 0 {
+			rs.Fetching = &SnapshotRef{Snapshot: int64(r.Fetching.Number), Epoch: int64(r.Fetching.Epoch)}
+			if r.Fetching.GUID != 0 {
+				rs.Fetching.GUID = strconv.FormatUint(r.Fetching.GUID, 10)
+			}
+		}
+		rv.Status.Replicas = append(rv.Status.Replicas, rs)
+	}
+	return rv
+}
+
+// ToState reads the replica state out of rv. It refuses what the domain
+// could not have written (negative numbers, malformed GUIDs): an object
+// edited by hand is reported, not trusted.
+func ToState(rv ReplicatedVolume) (replica.State, error) {
+	s := replica.State{
+		Volume:            volume.ID(rv.Spec.VolumeID),
+		ReplicationFactor: rv.Spec.ReplicationFactor,
+		Primary:           replica.Node(rv.Status.Primary),
+		Version:           rv.ResourceVersion,
+	}
+	var err error
+	num := func(field string, v int64) uint64 {
+		if v < 0 && err == nil {
+			err = fmt.Errorf("%s is %d: must not be negative", field, v)
+		}
+		return uint64(v)
+	}
+	guid := func(field, v string) uint64 {
+		if v == "" {
+			return 0
+		}
+		g, perr := strconv.ParseUint(v, 10, 64)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("%s %q is not a decimal uint64", field, v)
+		}
+		return g
+	}
+	s.Epoch = replica.Epoch(num("status.epoch", rv.Status.Epoch))
+	for i, r := range rv.Status.Replicas {
+		f := fmt.Sprintf("status.replicas[%d]", i)
+		rep := replica.Replica{
+			Node:          replica.Node(r.Node),
+			Snapshot:      replica.SnapshotNumber(num(f+".snapshot", r.Snapshot)),
+			SnapshotEpoch: replica.Epoch(num(f+".snapshotEpoch", r.SnapshotEpoch)),
+			SnapshotGUID:  guid(f+".snapshotGUID", r.SnapshotGUID),
+			Active:        r.Active,
+			Ready:         r.Ready,
+		}
+		if r.Fetching != nil {
+			rep.Fetching = replica.Snap{
+				Number: replica.SnapshotNumber(num(f+".fetching.snapshot", r.Fetching.Snapshot)),
+				Epoch:  replica.Epoch(num(f+".fetching.epoch", r.Fetching.Epoch)),
+				GUID:   guid(f+".fetching.guid", r.Fetching.GUID),
+			}
+		}
+		s.Replicas = append(s.Replicas, rep)
+	}
+	if err != nil {
+		return replica.State{}, fmt.Errorf("ReplicatedVolume %s: %w", rv.Name, err)
+	}
+	if err := s.Validate(); err != nil {
+		return replica.State{}, fmt.Errorf("ReplicatedVolume %s: %w", rv.Name, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,210 @@
+// Package rvstate is ports.ClusterState on the Kubernetes API: each
+// volume's replica state is the status of its ReplicatedVolume
+// (adapters/kube/rvapi), read with a GET and changed only by a PUT to the
+// status subresource carrying the resourceVersion read, so that the API
+// server's optimistic concurrency is the compare-and-swap. Everything
+// Update may change is in that one object and written in one request.
+package rvstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ferry-csi/ferry/adapters/casloop"
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Store is a ClusterState on ReplicatedVolume objects.
+type Store struct {
+	rvs dynamic.ResourceInterface
+	// labels are put on every object Create makes (tests mark theirs).
+	labels map[string]string
+}
+
+var _ ports.ClusterState = (*Store)(nil)
+
+// New returns a store using client. labels, if any, are added to every
+// object Create makes.
+func New(client dynamic.Interface, labels map[string]string) *Store {
+	return &Store{rvs: client.Resource(rvapi.GVR), labels: labels}
+}
+
+func (s *Store) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	st, _, err := s.get(ctx, id)
+	return st, err
+}
+
+// get also says whether the object is being deleted.
+func (s *Store) get(ctx context.Context, id volume.ID) (replica.State, bool, error) {
+	u, err := s.rvs.Get(ctx, rvapi.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		return replica.State{}, false, apiError("read cluster state of volume "+string(id), err)
+	}
+	rv, err := decode(u)
+	if err != nil {
+		return replica.State{}, false, err
+	}
+	if rv.Spec.VolumeID != string(id) {
+		// Only a hashed name can collide, and only with a crafted ID.
+		return replica.State{}, false, fmt.Errorf("read cluster state of volume %s: object %s belongs to volume %q: %w", id, rv.Name, rv.Spec.VolumeID, ports.ErrNotFound)
+	}
+	st, err := rvapi.ToState(rv)
+	if err != nil {
+		return replica.State{}, false, fmt.Errorf("read cluster state of volume %s: %v: %w", id, err, ports.ErrInvalid)
+	}
+	return st, rv.DeletionTimestamp != nil, nil
+}
+
+// Create makes the object (spec) and then writes its status: the API
+// server ignores a status sent with a create when the status subresource
+// is on. If the second write fails, the object exists with an empty
+// status (epoch 0, no replicas), which is a valid state that Update can
+// complete; Create is not retried over it (ErrExists).
+func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, error) {
+	if err := st.Validate(); err != nil {
+		return replica.State{}, fmt.Errorf("create cluster state of volume %s: %v: %w", st.Volume, err, ports.ErrInvalid)
+	}
+	if _, err := volume.ParseID("volume", string(st.Volume)); err != nil {
+		return replica.State{}, fmt.Errorf("create cluster state: %v: %w", err, ports.ErrInvalid)
+	}
+	st.Version = ""
+	rv := rvapi.FromState(st, false)
+	rv.Labels = map[string]string{rvapi.LabelVolume: rvapi.Hash(st.Volume)}
+	for k, v := range s.labels {
+		rv.Labels[k] = v
+	}
+	u, err := encode(rv)
+	if err != nil {
+		return replica.State{}, err
+	}
+	created, err := s.rvs.Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		return replica.State{}, apiError("create cluster state of volume "+string(st.Volume), err)
+	}
+	st.Version = created.GetResourceVersion()
+	written, ok, err := s.swap(ctx, st.Version, st)
+	if err != nil {
+		return replica.State{}, err
+	}
+	if !ok {
+		return replica.State{}, fmt.Errorf("create cluster state of volume %s: written over before its status was set: %w", st.Volume, ports.ErrConflict)
+	}
+	return written, nil
+}
+
+// Update is casloop's loop over GET and a status PUT; see
+// ports.ClusterState.
+func (s *Store) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
+	return casloop.Update(ctx, id, s.Get, func(expected string, next replica.State) (replica.State, bool, error) {
+		return s.swap(ctx, expected, next)
+	}, fn)
+}
+
+// swap writes next's status if the object is still at resourceVersion
+// expected. The spec sent along is ignored by the status subresource; the
+// written object's spec (replicationFactor included) comes back.
+func (s *Store) swap(ctx context.Context, expected string, next replica.State) (replica.State, bool, error) {
+	if err := next.Validate(); err != nil {
+		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %v: %w", next.Volume, err, ports.ErrInvalid)
+	}
+	next.Version = expected
+	rv := rvapi.FromState(next, false)
+	u, err := encode(rv)
+	if err != nil {
+		return replica.State{}, false, err
+	}
+	written, err := s.rvs.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		return replica.State{}, false, nil
+	case apierrors.IsNotFound(err):
+		// Deleted in between: the loop's next read says ErrNotFound.
+		return replica.State{}, false, nil
+	case err != nil:
+		return replica.State{}, false, apiError("update cluster state of volume "+string(next.Volume), err)
+	}
+	out, err := decode(written)
+	if err != nil {
+		return replica.State{}, false, err
+	}
+	st, err := rvapi.ToState(out)
+	if err != nil {
+		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: the server returned %v: %w", next.Volume, err, ports.ErrInvalid)
+	}
+	if out.Spec.ReplicationFactor != next.ReplicationFactor {
+		// Unreachable: the spec was read at the same resourceVersion.
+		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: replicationFactor is %d on the server, %d when decided: %w", next.Volume, out.Spec.ReplicationFactor, next.ReplicationFactor, ports.ErrConflict)
+	}
+	return st, true, nil
+}
+
+func (s *Store) Delete(ctx context.Context, id volume.ID) error {
+	if _, _, err := s.get(ctx, id); err != nil {
+		return err
+	}
+	err := s.rvs.Delete(ctx, rvapi.ObjectName(id), metav1.DeleteOptions{})
+	return apiError("delete cluster state of volume "+string(id), err)
+}
+
+func encode(rv rvapi.ReplicatedVolume) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(rv)
+	if err != nil {
+		return nil, fmt.Errorf("encode ReplicatedVolume %s: %w", rv.Name, err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("encode ReplicatedVolume %s: %w", rv.Name, err)
+	}
+	return u, nil
+}
+
+func decode(u *unstructured.Unstructured) (rvapi.ReplicatedVolume, error) {
+	var rv rvapi.ReplicatedVolume
+	b, err := u.MarshalJSON()
+	if err == nil {
+		err = json.Unmarshal(b, &rv)
+	}
+	if err != nil {
+		return rv, fmt.Errorf("decode ReplicatedVolume %s: %v: %w", u.GetName(), err, ports.ErrInvalid)
+	}
+	return rv, nil
+}
+
+// apiError maps the API server's answers onto the port's errors.
+func apiError(what string, err error) error {
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrNotFound)
+	case apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrExists)
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrConflict)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrInvalid)
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err),
+		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err):
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrUnavailable)
+	case errors.As(err, &status):
+		return fmt.Errorf("%s: %w", what, err)
+	default:
+		// Transport errors (connection refused, reset): the server may
+		// answer later. A cancelled caller gets its own error back.
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrUnavailable)
+	}
+}

@@ -1,0 +1,59 @@
+package replica
+
+// Phase is a volume's one-word health, shown to operators.
+type Phase string
+
+const (
+	// PhasePending: no replica is ready yet (being created, or every copy
+	// is still catching up after a loss).
+	PhasePending Phase = "Pending"
+	// PhaseAvailable: at least ReplicationFactor replicas are ready.
+	PhaseAvailable Phase = "Available"
+	// PhaseDegraded: some, but fewer than ReplicationFactor, are ready.
+	PhaseDegraded Phase = "Degraded"
+	// PhaseTerminating: the volume is being deleted; replicas are
+	// destroying their copies.
+	PhaseTerminating Phase = "Terminating"
+)
+
+// Summary is what an operator reads at a glance (kubectl get rv): derived
+// from the state, never decided on.
+type Summary struct {
+	// Ready counts replicas whose entry says Ready.
+	Ready int
+	// Newest is the newest snapshot any replica holds, by (epoch, number)
+	// (Number 0: none yet).
+	Newest Snap
+	// MaxLag is how many snapshot numbers the most lagging replica is
+	// behind Newest (0 when every replica holds it).
+	MaxLag SnapshotNumber
+	Phase  Phase
+}
+
+// Summarize derives the summary of s; deleting says the volume is being
+// deleted (Kubernetes: the object has a deletion timestamp).
+func Summarize(s State, deleting bool) Summary {
+	var sum Summary
+	if n, ok := s.NewestReplica(); ok {
+		sum.Newest = n.Holds()
+	}
+	for _, r := range s.Replicas {
+		if r.Ready {
+			sum.Ready++
+		}
+		if r.Snapshot < sum.Newest.Number {
+			sum.MaxLag = max(sum.MaxLag, sum.Newest.Number-r.Snapshot)
+		}
+	}
+	switch {
+	case deleting:
+		sum.Phase = PhaseTerminating
+	case sum.Ready == 0:
+		sum.Phase = PhasePending
+	case sum.Ready < s.ReplicationFactor:
+		sum.Phase = PhaseDegraded
+	default:
+		sum.Phase = PhaseAvailable
+	}
+	return sum
+}
