@@ -34,7 +34,7 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster
+.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-kubeapi
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
 
@@ -110,6 +110,9 @@ SEEDS ?= 5000
 STEPS ?= 1500
 sim: ## the replica simulation with more seeds (SEEDS=5000 STEPS=1500)
 	go test -count=1 -run '^TestSimulation$$' ./domain/replica -sim.seeds=$(SEEDS) -sim.steps=$(STEPS)
+
+test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real etcd and kube-apiserver on loopback (no cluster needed; builds them once)
+	$(GOTEST) -tags apiserver -count=1 -timeout 10m -v ./tests/kubeapi/ 2>&1 | tests/scripts/summarize-go-test.sh
 
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused
 	KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 20m -v ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh

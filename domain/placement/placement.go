@@ -1,0 +1,121 @@
+// Package placement decides, from a volume's replica state, what
+// Kubernetes should be told: how many secondaries the volume's ReplicaSet
+// should run, how many of them a voluntary disruption (a drain) must leave
+// running, on which nodes the volume may be used, and whether a node's
+// copy found without a pod may join. The Kubernetes adapters only apply
+// these answers (ReplicaSet scale, PodDisruptionBudget minAvailable, node
+// labels, pod creation); nothing here knows a Kubernetes type.
+//
+// Like the replica machine, these are pure functions of the state read:
+// each caller re-reads and applies again on every change it watches, so a
+// decision made on a stale view is corrected by the next one.
+package placement
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+// Objects is what a volume's Kubernetes objects should say.
+type Objects struct {
+	// Secondaries is the ReplicaSet's replicas: one pod per copy other than
+	// the active primary, which leaves the ReplicaSet while it is active
+	// (seed 000), so that the ReplicaSet never deletes it to scale down
+	// and the scheduler spreads the others away from it.
+	Secondaries int
+	// MinAvailable is the PodDisruptionBudget's minAvailable over the
+	// secondaries: a drain may take one copy at a time, and never the last
+	// copy of the volume (with no active primary holding one, the only
+	// secondary is never evicted; the drain waits and says so).
+	MinAvailable int
+	// UsableOn are the nodes to label usable (the volume's topology
+	// segment): the active primary's node and every ready replica's,
+	// sorted. A pod using the volume is scheduled only there.
+	UsableOn []replica.Node
+}
+
+// Desired computes the objects for s; deleting says the volume is being
+// deleted: no secondary is wanted (each leaves, destroying its copy once
+// the volume is gone), none is protected, and the volume is usable nowhere.
+func Desired(s replica.State, deleting bool) Objects {
+	if deleting {
+		return Objects{}
+	}
+	active := false
+	for _, r := range s.Replicas {
+		if r.Active {
+			active = true
+		}
+	}
+	o := Objects{Secondaries: s.ReplicationFactor}
+	if active {
+		o.Secondaries--
+	}
+	o.MinAvailable = max(o.Secondaries-1, 0)
+	if !active && o.Secondaries > 0 {
+		o.MinAvailable = max(o.MinAvailable, 1)
+	}
+	o.UsableOn = UsableOn(s)
+	return o
+}
+
+// UsableOn is the set of nodes where the volume may be used now: the
+// active primary's, and every replica marked Ready (within the allowed lag
+// of the newest snapshot, same epoch). A replica that is catching up, has
+// diverged or holds nothing yet is not usable: a pod scheduled there would
+// wait for it, or start on stale data. Ready is what each replica's
+// volume manager reported (replica.IsReady); in a new volume, where no
+// snapshot exists yet, a replica that joined is ready at once.
+func UsableOn(s replica.State) []replica.Node {
+	var nodes []replica.Node
+	for _, r := range s.Replicas {
+		if r.Active || r.Ready {
+			nodes = append(nodes, r.Node)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes
+}
+
+// Usable reports whether node is one of UsableOn(s).
+func Usable(s replica.State, node replica.Node) bool {
+	return slices.Contains(UsableOn(s), node)
+}
+
+// Adoption is the answer for a copy a node found in its pool with no pod
+// running for it (after a daemon or node restart).
+type Adoption struct {
+	// Start says to start a pod for the copy.
+	Start bool
+	// RaiseTo, when above the ReplicaSet's current replicas, is the scale
+	// to set before the pod is created: a ReplicaSet adopts a matching pod
+	// and deletes its surplus at once, possibly this one.
+	RaiseTo int
+	Reason  string
+}
+
+// Adopt decides for the copy on node. current is the ReplicaSet's replicas
+// now and running the number of its pods that exist (not terminating). A
+// copy listed in the state gets a pod: it is one of the volume's replicas,
+// and its data is counted by the safe-deletion rule. Its pod joins the
+// ReplicaSet, which is raised first if all its pods already exist; the
+// replica machine then decides (leave by the safe-deletion rule when there
+// are more copies than wanted). A copy the state does not list is not
+// started: it left the volume, or never joined; the volume manager of a
+// listed replica never needs it.
+func Adopt(s replica.State, node replica.Node, current, running int) Adoption {
+	r, ok := s.Replica(node)
+	if !ok {
+		return Adoption{Reason: fmt.Sprintf("%s is not in the volume's replica list", node)}
+	}
+	if r.Active {
+		return Adoption{Start: true, RaiseTo: current, Reason: fmt.Sprintf("%s is the active primary; its pod stays outside the ReplicaSet", node)}
+	}
+	raise := current
+	if running >= current {
+		raise = running + 1
+	}
+	return Adoption{Start: true, RaiseTo: raise, Reason: fmt.Sprintf("%s holds snapshot %d of epoch %d", node, r.Snapshot, r.SnapshotEpoch)}
+}

@@ -1,0 +1,97 @@
+package placement
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+func state(rf int, rs ...replica.Replica) replica.State {
+	s := replica.State{Volume: "v", ReplicationFactor: rf, Epoch: 2, Replicas: rs}
+	for _, r := range rs {
+		if r.Active {
+			s.Primary = r.Node
+		}
+	}
+	return s
+}
+
+func rep(n replica.Node, snap replica.SnapshotNumber, ready, active bool) replica.Replica {
+	e := replica.Epoch(0)
+	if snap > 0 {
+		e = 2
+	}
+	return replica.Replica{Node: n, Snapshot: snap, SnapshotEpoch: e, Ready: ready, Active: active}
+}
+
+func TestDesired(t *testing.T) {
+	cases := []struct {
+		name     string
+		s        replica.State
+		deleting bool
+		want     Objects
+	}{
+		{"new volume, rf 1, nothing yet", state(1), false,
+			Objects{Secondaries: 1, MinAvailable: 1}},
+		{"rf 1, idle: the only copy is never evicted", state(1, rep("a", 5, true, false)), false,
+			Objects{Secondaries: 1, MinAvailable: 1, UsableOn: []replica.Node{"a"}}},
+		{"rf 1, in use: the primary left the ReplicaSet", state(1, rep("a", 5, true, true)), false,
+			Objects{Secondaries: 0, MinAvailable: 0, UsableOn: []replica.Node{"a"}}},
+		{"rf 2, in use: the one secondary may go, the primary holds a copy", state(2, rep("a", 5, true, true), rep("b", 5, true, false)), false,
+			Objects{Secondaries: 1, MinAvailable: 0, UsableOn: []replica.Node{"a", "b"}}},
+		{"rf 2, idle: one of two at a time", state(2, rep("a", 5, true, false), rep("b", 5, true, false)), false,
+			Objects{Secondaries: 2, MinAvailable: 1, UsableOn: []replica.Node{"a", "b"}}},
+		{"rf 3, in use, one catching up: not usable there", state(3, rep("a", 9, true, true), rep("b", 9, true, false), rep("c", 2, false, false)), false,
+			Objects{Secondaries: 2, MinAvailable: 1, UsableOn: []replica.Node{"a", "b"}}},
+		{"rf 3, idle", state(3, rep("a", 9, true, false), rep("b", 9, true, false), rep("c", 9, true, false)), false,
+			Objects{Secondaries: 3, MinAvailable: 2, UsableOn: []replica.Node{"a", "b", "c"}}},
+		{"deleting: nothing wanted, usable nowhere", state(2, rep("a", 5, true, false), rep("b", 5, true, false)), true,
+			Objects{}},
+	}
+	for _, c := range cases {
+		got := Desired(c.s, c.deleting)
+		if got.Secondaries != c.want.Secondaries || got.MinAvailable != c.want.MinAvailable || !slices.Equal(got.UsableOn, c.want.UsableOn) {
+			t.Errorf("%s: Desired = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// The rule the budget exists for: while no primary is active, a drain can
+// never evict every pod holding a copy, whatever the replication factor.
+func TestADrainNeverTakesTheLastCopy(t *testing.T) {
+	for rf := 1; rf <= 5; rf++ {
+		var rs []replica.Replica
+		for i := range rf {
+			rs = append(rs, rep(replica.Node(rune('a'+i)), 3, true, false))
+		}
+		o := Desired(state(rf, rs...), false)
+		if o.MinAvailable < 1 || o.MinAvailable > o.Secondaries {
+			t.Errorf("rf %d idle: minAvailable %d of %d secondaries", rf, o.MinAvailable, o.Secondaries)
+		}
+		if o.Secondaries-o.MinAvailable > 1 {
+			t.Errorf("rf %d: a drain may take %d copies at once, want at most 1", rf, o.Secondaries-o.MinAvailable)
+		}
+	}
+}
+
+func TestAdopt(t *testing.T) {
+	s := state(2, rep("a", 5, true, true), rep("b", 4, false, false))
+	cases := []struct {
+		name             string
+		node             replica.Node
+		current, running int
+		want             Adoption
+	}{
+		{"a copy the list does not name is left alone", "c", 1, 1, Adoption{}},
+		{"the active primary's pod is not the ReplicaSet's", "a", 1, 1, Adoption{Start: true, RaiseTo: 1}},
+		{"a listed secondary whose pod is missing: room in the ReplicaSet", "b", 1, 0, Adoption{Start: true, RaiseTo: 1}},
+		{"a listed secondary while all pods exist: raise first", "b", 1, 1, Adoption{Start: true, RaiseTo: 2}},
+	}
+	for _, c := range cases {
+		got := Adopt(s, c.node, c.current, c.running)
+		if got.Start != c.want.Start || got.RaiseTo != c.want.RaiseTo || got.Reason == "" {
+			t.Errorf("%s: Adopt = %+v, want %+v with a reason", c.name, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+//go:build apiserver
+
+package kubeapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/tests/contract"
+	"github.com/ferry-csi/ferry/tests/kubeapi"
+)
+
+var server *kubeapi.Server
+
+// TestMain starts one API server for the package, unless this process is
+// a helper another test started (it then reaches its parent's server).
+func TestMain(m *testing.M) {
+	if os.Getenv("FERRY_HELPER_HOST") != "" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "kubeapi-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server, err = kubeapi.New(dir)
+	if err == nil {
+		err = server.InstallCRD("../../deploy/crd-replicatedvolume.yaml", rvapi.GVR)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubeapi:", err)
+		if server != nil {
+			server.Stop()
+		}
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, server.Logs())
+	}
+	server.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func start(t *testing.T) *rest.Config {
+	t.Helper()
+	return server.Config
+}
+
+// The contract every ClusterState honours, on ReplicatedVolume objects of
+// a real API server: each case starts with no object.
+func TestReplicatedVolumesHonourTheClusterStateContract(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	contract.RunClusterState(t, func(t *testing.T) ports.ClusterState {
+		deleteAll(t, dyn)
+		return rvstate.New(dyn, nil)
+	})
+}
+
+func deleteAll(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	rvs := dyn.Resource(rvapi.GVR)
+	if err := rvs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		l, err := rvs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// What the API server adds to the contract: the object is readable by
+// operators (status summary, printer columns' fields) and a state edited
+// by hand into something the domain never writes is refused on read.
+func TestTheStatusCarriesTheSummaryAndAHandEditedStateIsRefused(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	deleteAll(t, dyn)
+	s := rvstate.New(dyn, nil)
+	ctx := context.Background()
+	st := replica.State{Volume: "pvc-6f1c", ReplicationFactor: 2, Epoch: 2, Primary: "node-a", Replicas: []replica.Replica{
+		{Node: "node-a", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 1 << 63, Active: true, Ready: true},
+		{Node: "node-b", Snapshot: 7, SnapshotEpoch: 2, Fetching: replica.Snap{Number: 9, Epoch: 2, GUID: 1<<64 - 1}},
+	}}
+	created, err := s.Create(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, st.Volume); err != nil || got.Replicas[0].SnapshotGUID != 1<<63 || got.Replicas[1].Fetching.GUID != 1<<64-1 {
+		t.Fatalf("GUIDs beyond int64 did not survive: %+v, %v", got, err)
+	}
+	u, err := dyn.Resource(rvapi.GVR).Get(ctx, "pvc-6f1c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := u.Object["status"].(map[string]any)
+	want := map[string]any{"phase": "Degraded", "readyReplicas": int64(1), "newest": "ferry-2-9", "maxLag": int64(2), "primary": "node-a"}
+	for k, v := range want {
+		if status[k] != v {
+			t.Errorf("status.%s = %#v, want %#v", k, status[k], v)
+		}
+	}
+	// A hand edit the schema lets through but the domain forbids: two
+	// active replicas.
+	reps := status["replicas"].([]any)
+	reps[1].(map[string]any)["active"] = true
+	u.SetResourceVersion(created.Version)
+	if _, err := dyn.Resource(rvapi.GVR).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, st.Volume); !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("Get of a hand-edited state: %v, want ErrInvalid", err)
+	}
+	ran := false
+	if _, err := s.Update(ctx, st.Volume, func(*replica.State) error { ran = true; return nil }); !errors.Is(err, ports.ErrInvalid) || ran {
+		t.Fatalf("Update of a hand-edited state: %v (fn ran: %v), want ErrInvalid without deciding", err, ran)
+	}
+	// The schema refuses what it can see: a negative snapshot number.
+	reps[1].(map[string]any)["snapshot"] = int64(-1)
+	if _, err := dyn.Resource(rvapi.GVR).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err == nil {
+		t.Fatal("the API server accepted a negative snapshot number")
+	}
+}
+
+// A volume whose ID is not a valid object name gets a hashed name and
+// is still found by its ID.
+func TestAVolumeIDThatIsNoObjectNameIsStoredUnderItsHash(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	deleteAll(t, dyn)
+	s := rvstate.New(dyn, nil)
+	ctx := context.Background()
+	id := "Vol_Upper.case"
+	if _, err := s.Create(ctx, replica.State{Volume: "Vol_Upper.case", ReplicationFactor: 1, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(rvapi.GVR).Get(ctx, rvapi.ObjectName("Vol_Upper.case"), metav1.GetOptions{}); err != nil || !strings.HasPrefix(rvapi.ObjectName("Vol_Upper.case"), "rv-") {
+		t.Fatalf("object %s: %v", rvapi.ObjectName("Vol_Upper.case"), err)
+	}
+	if got, err := s.Get(ctx, "Vol_Upper.case"); err != nil || string(got.Volume) != id {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+}
+
+// Two processes (this test binary run twice more as helpers) and this one
+// increment one counter through Update at once: the compare-and-swap is
+// the API server's, so no increment is lost across processes.
+func TestThreeProcessesIncrementingOneCounterLoseNothing(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	deleteAll(t, dyn)
+	s := rvstate.New(dyn, nil)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, replica.State{Volume: "pvc-counter", ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{{Node: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const each = 60
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var helpers []*exec.Cmd
+	var outs []*strings.Builder
+	for i := range 2 {
+		cmd := exec.Command(self, "-test.run=^TestHelperIncrement$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "FERRY_HELPER_HOST="+cfg.Host, "FERRY_HELPER_N="+strconv.Itoa(each), fmt.Sprintf("FERRY_HELPER_ID=%d", i))
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		helpers, outs = append(helpers, cmd), append(outs, out)
+	}
+	if err := increment(ctx, s, each); err != nil {
+		t.Error(err)
+	}
+	for i, h := range helpers {
+		if err := h.Wait(); err != nil {
+			t.Errorf("helper %d: %v\n%s", i, err, outs[i])
+		}
+	}
+	got, err := s.Get(ctx, "pvc-counter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := got.Replica("a"); r.Snapshot != 3*each {
+		t.Fatalf("counter %d after 3 processes × %d increments, want %d", r.Snapshot, each, 3*each)
+	}
+}
+
+// TestHelperIncrement is the helper process's body; it does nothing
+// unless started by the test above.
+func TestHelperIncrement(t *testing.T) {
+	host := os.Getenv("FERRY_HELPER_HOST")
+	if host == "" {
+		return
+	}
+	n, _ := strconv.Atoi(os.Getenv("FERRY_HELPER_N"))
+	cfg := &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1, Timeout: 30 * time.Second}
+	if err := increment(context.Background(), rvstate.New(dynamic.NewForConfigOrDie(cfg), nil), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func increment(ctx context.Context, s ports.ClusterState, n int) error {
+	for range n {
+		for try := 0; ; try++ {
+			_, err := s.Update(ctx, "pvc-counter", func(st *replica.State) error {
+				st.Replicas[0].Snapshot++
+				st.Replicas[0].SnapshotEpoch = 1
+				return nil
+			})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ports.ErrConflict) || try == 100 {
+				return fmt.Errorf("increment: %w (after %d conflicts)", err, try)
+			}
+		}
+	}
+	return nil
+}
