@@ -211,3 +211,20 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 	}
 	return s, nil
 }
+
+// UsablePrefix starts every placement label: a node carrying
+// UsablePrefix+<key>=UsableValue may run pods using that volume.
+const (
+	UsablePrefix = "replica." + Group + "/"
+	UsableValue  = "ready"
+)
+
+// UsableLabel is volume id's placement label key (its topology segment):
+// UsablePrefix and the ID when that is a valid label name (63 bytes at
+// most; "pvc-<uid>" is 40), else the ID's hash.
+func UsableLabel(id volume.ID) string {
+	if len(validation.IsQualifiedName(UsablePrefix+string(id))) == 0 {
+		return UsablePrefix + string(id)
+	}
+	return UsablePrefix + Hash(id)
+}

@@ -1,0 +1,68 @@
+package rvapi
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+func TestNamesAreValidForEveryVolumeID(t *testing.T) {
+	ids := []volume.ID{"pvc-0b6f1c0e-4a51-4f0c-9d0e-2f3b1a5c6d7e", "Vol_Upper", "a.b", "x" + volume.ID(strings.Repeat("y", 127)), "9-lives", "trailing-"}
+	for _, id := range ids {
+		if errs := validation.IsDNS1123Subdomain(ObjectName(id)); len(errs) > 0 {
+			t.Errorf("ObjectName(%q) = %q: %v", id, ObjectName(id), errs)
+		}
+		if errs := validation.IsQualifiedName(UsableLabel(id)); len(errs) > 0 {
+			t.Errorf("UsableLabel(%q) = %q: %v", id, UsableLabel(id), errs)
+		}
+	}
+	if got := ObjectName("pvc-1"); got != "pvc-1" {
+		t.Errorf("a valid name is kept: %q", got)
+	}
+	if got := UsableLabel("pvc-1"); got != "replica.ferry.zfs.csi.io/pvc-1" {
+		t.Errorf("a valid label name is kept: %q", got)
+	}
+	if ObjectName("Vol_Upper") == ObjectName("vol_upper") {
+		t.Error("two IDs got one object name")
+	}
+}
+
+// FromState and ToState are inverses for every valid state, GUIDs beyond
+// int64 included.
+func TestStatusRoundTrips(t *testing.T) {
+	s := replica.State{Volume: "pvc-1", ReplicationFactor: 3, Epoch: 4, Primary: "b", Version: "17", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 9, Epoch: 4, GUID: 1 << 63}},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true},
+		{Node: "c"},
+	}}
+	got, err := ToState(FromState(s, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Volume != s.Volume || got.ReplicationFactor != 3 || got.Epoch != 4 || got.Primary != "b" || got.Version != "17" || len(got.Replicas) != 3 {
+		t.Fatalf("round trip: %+v", got)
+	}
+	for i := range s.Replicas {
+		if got.Replicas[i] != s.Replicas[i] {
+			t.Errorf("replica %d: %+v, want %+v", i, got.Replicas[i], s.Replicas[i])
+		}
+	}
+	rv := FromState(s, false)
+	if rv.Status.Phase != "Degraded" || rv.Status.ReadyReplicas != 1 || rv.Status.Newest != "ferry-4-9" || rv.Status.MaxLag != 9 {
+		t.Errorf("summary: %+v", rv.Status)
+	}
+	bad := FromState(s, false)
+	bad.Status.Replicas[0].SnapshotGUID = "0x12"
+	if _, err := ToState(bad); err == nil {
+		t.Error("a GUID that is no decimal number was accepted")
+	}
+	bad = FromState(s, false)
+	bad.Status.Replicas[2].Snapshot = -3
+	if _, err := ToState(bad); err == nil {
+		t.Error("a negative snapshot was accepted")
+	}
+}
