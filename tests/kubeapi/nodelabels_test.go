@@ -4,7 +4,6 @@ package kubeapi_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
