@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -62,11 +63,33 @@ func TestHelpListsEveryModeAndEveryFlagWithItsDefault(t *testing.T) {
 func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 	cases := [][]string{{}, {"bogus"}, {"daemon"}, {"daemon", "--node-id=n", "--store=nfs"}, {"volume-manager", "--node-id=n"}, {"daemon", "--node-id=n", "extra"},
 		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=10X"},
-		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=1k"}}
+		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=1k"},
+		{"volume-manager", "--node-id=n", "--volume=v", "--cluster-state=etcd:/x"}}
 	for _, args := range cases {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code != 2 || errOut.Len() == 0 {
 			t.Errorf("ferry %v: exit %d, stderr %q; want 2 with a reason", args, code, errOut.String())
 		}
+	}
+}
+
+// --cluster-state kubernetes builds a client from --kubeconfig (or the
+// pod's credentials) and the ReplicatedVolume store; a kubeconfig that
+// does not exist is an error at start, not a crash later.
+func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T) {
+	dir := t.TempDir()
+	kc := dir + "/kubeconfig"
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := clusterState(&Options{ClusterState: "kubernetes", Kubeconfig: kc}); err != nil || s == nil {
+		t.Fatalf("with a kubeconfig: %v", err)
+	}
+	if _, err := clusterState(&Options{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}); err == nil {
+		t.Fatal("a missing kubeconfig was accepted")
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := clusterState(&Options{ClusterState: "kubernetes"}); err == nil {
+		t.Fatal("no kubeconfig outside a pod was accepted")
 	}
 }

@@ -44,7 +44,8 @@ type Options struct {
 	PeerServerName   string
 	InsecurePeer     bool
 	Peers            string // static node=host:port list
-	ClusterState     string // file:<dir>
+	ClusterState     string // file:<dir> | kubernetes
+	Kubeconfig       string // for --cluster-state kubernetes; "" is in-cluster
 	Tick             time.Duration
 	SnapshotInterval time.Duration
 	AllowedLag       uint64
@@ -115,7 +116,8 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	peerFlags(fs, o)
 	fs.StringVar(&o.Volume, "volume", os.Getenv("FERRY_VOLUME"), "ID of the volume whose replica this process manages (default: $FERRY_VOLUME)")
 	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,... (until peers are found through the cluster)")
-	fs.StringVar(&o.ClusterState, "cluster-state", "", "where the shared replica list lives: file:<dir> (shared by processes on one machine)")
+	fs.StringVar(&o.ClusterState, "cluster-state", "", "where the shared replica list lives: kubernetes (the volume's ReplicatedVolume) or file:<dir> (shared by processes on one machine)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for --cluster-state kubernetes (default: the pod's in-cluster credentials)")
 	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
@@ -154,8 +156,8 @@ func (o *Options) validate(mode string) error {
 		if o.Volume == "" {
 			errs = append(errs, errors.New("--volume is required (or set FERRY_VOLUME)"))
 		}
-		if o.ClusterState != "" && !strings.HasPrefix(o.ClusterState, "file:") {
-			errs = append(errs, errors.New("--cluster-state must be file:<dir>"))
+		if o.ClusterState != "" && o.ClusterState != "kubernetes" && !strings.HasPrefix(o.ClusterState, "file:") {
+			errs = append(errs, errors.New("--cluster-state must be kubernetes or file:<dir>"))
 		}
 		if o.Tick <= 0 || o.SnapshotInterval < o.Tick {
 			errs = append(errs, errors.New("--tick must be positive and --snapshot-interval at least --tick"))

@@ -13,9 +13,13 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ferry-csi/ferry/adapters/eventlog"
 	"github.com/ferry-csi/ferry/adapters/filecluster"
+	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -81,11 +85,43 @@ func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
 }
 
 func clusterState(o *Options) (ports.ClusterState, error) {
+	if o.ClusterState == "kubernetes" {
+		cfg, err := kubeConfig(o.Kubeconfig, "volume-manager")
+		if err != nil {
+			return nil, err
+		}
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return rvstate.New(dyn, nil), nil
+	}
 	dir, ok := strings.CutPrefix(o.ClusterState, "file:")
 	if !ok || dir == "" {
-		return nil, errors.New("--cluster-state is required: file:<dir> (the Kubernetes resource comes with the orchestration stage)")
+		return nil, errors.New("--cluster-state is required: kubernetes or file:<dir>")
 	}
 	return filecluster.New(dir)
+}
+
+// kubeConfig is the API client's configuration: the kubeconfig file when
+// one is named, else the pod's in-cluster credentials. Client-side rate
+// limits are raised above client-go's 5/s: a node's daemon and volume
+// managers write at most once per volume per snapshot interval, and must
+// not queue behind their own reads.
+func kubeConfig(path, component string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client (--kubeconfig %q): %w", path, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "ferry/" + component
+	return cfg, nil
 }
 
 func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, log *zap.Logger) (*app.Replicator, error) {
