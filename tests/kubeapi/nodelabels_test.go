@@ -4,8 +4,10 @@ package kubeapi_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // The admission policy of deploy/admission-node-labels.yaml, on the real
@@ -27,7 +33,7 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 	cfg := start(t)
 	admin := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
-	installPolicy(t, admin, "../../deploy/admission-node-labels.yaml")
+	installPolicy(t, admin)
 	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a",
 		Labels: map[string]string{"kubernetes.io/hostname": "node-a", "replica.ferry.zfs.csi.io/pvc-old": "ready"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -96,7 +102,15 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 	}
 }
 
-func installPolicy(t *testing.T, c kubernetes.Interface, file string) {
+var policyOnce sync.Once
+
+// installPolicy creates deploy's admission policy once for the package.
+func installPolicy(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	policyOnce.Do(func() { createPolicy(t, c, "../../deploy/admission-node-labels.yaml") })
+}
+
+func createPolicy(t *testing.T, c kubernetes.Interface, file string) {
 	t.Helper()
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -127,5 +141,33 @@ func installPolicy(t *testing.T, c kubernetes.Interface, file string) {
 		default:
 			t.Fatalf("%s document %d: unexpected kind %q", file, i, meta.Kind)
 		}
+	}
+}
+
+// The daemon's labels, written by the nodelabels adapter as the daemon's
+// ServiceAccount, pass the admission policy and touch nothing else.
+func TestThePlacerLabelsItsNodeThroughThePolicy(t *testing.T) {
+	cfg := start(t)
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	installPolicy(t, admin)
+	if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-p",
+		Labels: map[string]string{"kubernetes.io/hostname": "node-p", "replica.ferry.zfs.csi.io/pvc-stale": "ready", "replica.ferry.zfs.csi.io/pvc-flaky": "ready"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	daemonCfg := rest.CopyConfig(cfg)
+	daemonCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:ferry-system:ferry-node"}
+	p := nodelabels.New(kubernetes.NewForConfigOrDie(daemonCfg))
+	if err := p.Place(ctx, "node-p", []volume.ID{"pvc-1", "Vol_Hashed"}, []volume.ID{"pvc-flaky"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := admin.CoreV1().Nodes().Get(ctx, "node-p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"kubernetes.io/hostname": "node-p", "replica.ferry.zfs.csi.io/pvc-1": "ready",
+		rvapi.UsableLabel("Vol_Hashed"): "ready", "replica.ferry.zfs.csi.io/pvc-flaky": "ready"}
+	if !maps.Equal(n.Labels, want) {
+		t.Fatalf("labels %v, want %v", n.Labels, want)
 	}
 }

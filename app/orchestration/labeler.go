@@ -1,0 +1,74 @@
+// Package orchestration holds the use cases that keep Kubernetes' view of
+// Ferry's volumes in line with their replica state: which nodes may run a
+// volume's pods (Labeler), and, as it grows, the per-volume ReplicaSets,
+// budgets and replica pods. What to place, scale or start is decided in
+// domain/placement; these use cases read, ask the domain and hand the
+// answer to a port.
+package orchestration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Labeler keeps this node's placement in line with its copies: a volume
+// with a copy here may be used here while that copy is ready (or the
+// active primary), per placement.Usable.
+type Labeler struct {
+	node    replica.Node
+	store   ports.SnapshotStore
+	cluster ports.ClusterState
+	placer  ports.NodePlacement
+	log     *zap.Logger
+}
+
+// NewLabeler returns the labeler of node.
+func NewLabeler(node replica.Node, store ports.SnapshotStore, cluster ports.ClusterState, placer ports.NodePlacement, log *zap.Logger) *Labeler {
+	return &Labeler{node: node, store: store, cluster: cluster, placer: placer, log: log}
+}
+
+// Sync reads every local copy's state and places the node accordingly. A
+// volume whose state cannot be read keeps its placement (unknown); one
+// with no state (deleted, or not yet created) or no entry for this node is
+// not usable here. It returns the volumes placed usable.
+func (l *Labeler) Sync(ctx context.Context) ([]volume.ID, error) {
+	vols, err := l.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("place node %s: list local volumes: %w", l.node, err)
+	}
+	var usable, unknown []volume.ID
+	var readErrs []error
+	for _, v := range vols {
+		st, err := l.cluster.Get(ctx, v.ID)
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+			continue
+		case err != nil:
+			unknown = append(unknown, v.ID)
+			readErrs = append(readErrs, err)
+			continue
+		}
+		if placement.Usable(st, l.node) {
+			usable = append(usable, v.ID)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := l.placer.Place(ctx, l.node, usable, unknown); err != nil {
+		return nil, fmt.Errorf("place node %s: %w", l.node, err)
+	}
+	if len(readErrs) > 0 {
+		l.log.Warn("placement left unchanged for volumes whose state could not be read",
+			zap.Int("volumes", len(unknown)), zap.Error(errors.Join(readErrs...)))
+	}
+	return usable, nil
+}

@@ -1,0 +1,74 @@
+package orchestration_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+// flakyState fails Get for one volume, as an API server timeout would.
+type flakyState struct {
+	ports.ClusterState
+	fail volume.ID
+}
+
+func (f flakyState) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	if id == f.fail {
+		return replica.State{}, ports.ErrUnavailable
+	}
+	return f.ClusterState.Get(ctx, id)
+}
+
+func TestTheLabelerPlacesReadyCopiesOnlyAndLeavesUnreadableOnesAlone(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	states := fakecluster.New()
+	mk := func(id volume.ID, st *replica.State) {
+		if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB}); err != nil {
+			t.Fatal(err)
+		}
+		if st != nil {
+			st.Volume = id
+			if _, err := states.Create(ctx, *st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// On node "a":
+	mk("ready", &replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "b", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 4, SnapshotEpoch: 1, Ready: true}, {Node: "b", Snapshot: 4, SnapshotEpoch: 1, Ready: true, Active: true}}})
+	mk("primary", &replica.State{ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 4, SnapshotEpoch: 1, Active: true}}})
+	mk("behind", &replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "b", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 1, SnapshotEpoch: 1}, {Node: "b", Snapshot: 9, SnapshotEpoch: 1, Ready: true, Active: true}}})
+	mk("left", &replica.State{ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{{Node: "b", Snapshot: 2, SnapshotEpoch: 1, Ready: true}}})
+	mk("no-state", nil)
+	mk("unreadable", &replica.State{ReplicationFactor: 1, Epoch: 1, Replicas: []replica.Replica{{Node: "a", Ready: true}}})
+
+	ctrl := gomock.NewController(t)
+	placer := mocks.NewMockNodePlacement(ctrl)
+	placer.EXPECT().Place(gomock.Any(), replica.Node("a"), []volume.ID{"primary", "ready"}, []volume.ID{"unreadable"}).Return(nil)
+	l := orchestration.NewLabeler("a", store, flakyState{states, "unreadable"}, placer, zap.NewNop())
+	usable, err := l.Sync(ctx)
+	if err != nil || !slices.Equal(usable, []volume.ID{"primary", "ready"}) {
+		t.Fatalf("Sync = %v, %v", usable, err)
+	}
+
+	// The placement's error is returned, for the caller's retry.
+	placer.EXPECT().Place(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(ports.ErrUnavailable)
+	if _, err := l.Sync(ctx); !errors.Is(err, ports.ErrUnavailable) {
+		t.Fatalf("Sync with a failing placement: %v", err)
+	}
+}
