@@ -64,7 +64,10 @@ func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 	cases := [][]string{{}, {"bogus"}, {"daemon"}, {"daemon", "--node-id=n", "--store=nfs"}, {"volume-manager", "--node-id=n"}, {"daemon", "--node-id=n", "extra"},
 		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=10X"},
 		{"volume-manager", "--node-id=n", "--volume=v", "--max-transfer-rate=1k"},
-		{"volume-manager", "--node-id=n", "--volume=v", "--cluster-state=etcd:/x"}}
+		{"volume-manager", "--node-id=n", "--volume=v", "--cluster-state=etcd:/x"},
+		{"daemon", "--node-id=n", "--peer-advertise=10.0.0.1:7443", "--peer-listen=:7443"},
+		{"daemon", "--node-id=n", "--cluster-state=kubernetes", "--peer-listen=:7443", "--peer-advertise=10.0.0.1"},
+		{"daemon", "--node-id=n", "--cluster-state=file:/tmp/x"}}
 	for _, args := range cases {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code != 2 || errOut.Len() == 0 {

@@ -151,6 +151,8 @@ func daemonApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o, log) },
 			// One peer service per node can serve every volume of the pool.
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
+			// With Kubernetes: the node's Lease and placement labels.
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return daemonKube(lc, o, s, log) },
 		),
 	)
 }

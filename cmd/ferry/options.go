@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,9 @@ type Options struct {
 	Peers            string // static node=host:port list
 	ClusterState     string // file:<dir> | kubernetes
 	Kubeconfig       string // for --cluster-state kubernetes; "" is in-cluster
+	Namespace        string // Ferry's namespace: node leases
+	PeerAdvertise    string // daemon: the peer address other nodes dial
+	PlacementPeriod  time.Duration
 	Tick             time.Duration
 	SnapshotInterval time.Duration
 	AllowedLag       uint64
@@ -89,7 +93,21 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "the kubelet's plugin registry directory, where the registration socket is served (default <kubelet-dir>/plugins_registry; none: do not register; skipped with a warning when it does not exist)")
 	fs.BoolVar(&o.ServeController, "serve-controller", false, "also serve the CSI Controller service on the node's socket, for provisioner and snapshotter sidecars deployed on every node (--node-deployment); volumes then grow on the node (default false)")
 	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
+	kubeFlags(fs, o)
+	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
+	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
 	return o
+}
+
+// kubeFlags are the Kubernetes API settings of the modes that use it.
+func kubeFlags(fs *flag.FlagSet, o *Options) {
+	fs.StringVar(&o.ClusterState, "cluster-state", "", "where the shared replica list lives: kubernetes (the volume's ReplicatedVolume) or file:<dir> (shared by processes on one machine; volume-manager only)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for --cluster-state kubernetes (default: the pod's in-cluster credentials)")
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "ferry-system"
+	}
+	fs.StringVar(&o.Namespace, "namespace", ns, "Ferry's namespace, where the nodes' Leases live (default: $POD_NAMESPACE, else ferry-system)")
 }
 
 func controllerFlags(fs *flag.FlagSet) *Options {
@@ -115,9 +133,8 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	storeFlags(fs, o)
 	peerFlags(fs, o)
 	fs.StringVar(&o.Volume, "volume", os.Getenv("FERRY_VOLUME"), "ID of the volume whose replica this process manages (default: $FERRY_VOLUME)")
-	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,... (until peers are found through the cluster)")
-	fs.StringVar(&o.ClusterState, "cluster-state", "", "where the shared replica list lives: kubernetes (the volume's ReplicatedVolume) or file:<dir> (shared by processes on one machine)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for --cluster-state kubernetes (default: the pod's in-cluster credentials)")
+	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,...; empty with --cluster-state kubernetes: from the nodes' Leases")
+	kubeFlags(fs, o)
 	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
@@ -150,6 +167,20 @@ func (o *Options) validate(mode string) error {
 		}
 		if !filepath.IsAbs(o.RegistrationPath) {
 			errs = append(errs, errors.New("--kubelet-registration-path must be an absolute path"))
+		}
+		if o.ClusterState != "" && o.ClusterState != "kubernetes" {
+			errs = append(errs, errors.New("--cluster-state must be kubernetes or empty in daemon mode"))
+		}
+		if o.PeerAdvertise != "" && (o.ClusterState != "kubernetes" || o.PeerListen == "") {
+			errs = append(errs, errors.New("--peer-advertise needs --cluster-state kubernetes and --peer-listen"))
+		}
+		if o.PeerAdvertise != "" {
+			if _, _, err := net.SplitHostPort(o.PeerAdvertise); err != nil {
+				errs = append(errs, fmt.Errorf("--peer-advertise must be host:port: %w", err))
+			}
+		}
+		if o.PlacementPeriod <= 0 {
+			errs = append(errs, errors.New("--placement-period must be positive"))
 		}
 	}
 	if mode == "volume-manager" {

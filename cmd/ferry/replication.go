@@ -74,12 +74,18 @@ func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
 			return nil, err
 		}
 	}
-	c := peer.NewClient(func(n replica.Node) (string, error) {
+	resolve := func(n replica.Node) (string, error) {
 		if addr, ok := peers[string(n)]; ok {
 			return addr, nil
 		}
 		return "", fmt.Errorf("no address known for node %s (--peers)", n)
-	}, creds)
+	}
+	if o.ClusterState == "kubernetes" && len(peers) == 0 {
+		if resolve, err = leaseResolver(o); err != nil {
+			return nil, err
+		}
+	}
+	c := peer.NewClient(resolve, creds)
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { return c.Close() }})
 	return c, nil
 }

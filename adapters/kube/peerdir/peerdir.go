@@ -1,0 +1,160 @@
+// Package peerdir publishes and finds each node's peer address: the
+// address where the node's daemon serves its pool's snapshots to the
+// other nodes (adapters/peer). Each daemon holds a coordination Lease
+// named after its node in Ferry's namespace, renewed periodically, with
+// the address in an annotation; volume managers resolve a node's address
+// from it. The Lease's renew time is also the node daemon's heartbeat.
+package peerdir
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+const (
+	// AnnotationPeerAddress holds host:port of the node's peer service.
+	AnnotationPeerAddress = "ferry.zfs.csi.io/peer-address"
+	// LabelComponent marks Ferry's node leases.
+	LabelComponent = "app.kubernetes.io/component"
+	componentValue = "node-lease"
+)
+
+// LeaseName is the Lease of node: "ferry-node-<node>", or a hash of the
+// node name when that would be too long for an object name.
+func LeaseName(node replica.Node) string {
+	n := "ferry-node-" + string(node)
+	if len(validation.IsDNS1123Subdomain(n)) == 0 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(node))
+	return "ferry-node-" + hex.EncodeToString(sum[:16])
+}
+
+// Publisher keeps this node's Lease.
+type Publisher struct {
+	client    kubernetes.Interface
+	namespace string
+	node      replica.Node
+	address   string
+	// Duration is the Lease's duration; renewals come every third of it.
+	Duration time.Duration
+}
+
+// NewPublisher returns the publisher of node's address in namespace.
+func NewPublisher(client kubernetes.Interface, namespace string, node replica.Node, address string) *Publisher {
+	return &Publisher{client: client, namespace: namespace, node: node, address: address, Duration: 40 * time.Second}
+}
+
+// Publish creates or renews the Lease once, with the current address.
+func (p *Publisher) Publish(ctx context.Context) error {
+	leases := p.client.CoordinationV1().Leases(p.namespace)
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(p.Duration / time.Second)
+	holder := string(p.node)
+	name := LeaseName(p.node)
+	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.namespace,
+				Labels:      map[string]string{"app.kubernetes.io/name": "ferry", LabelComponent: componentValue},
+				Annotations: map[string]string{AnnotationPeerAddress: p.address}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node lease %s/%s: %w", p.namespace, name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read node lease %s/%s: %w", p.namespace, name, err)
+	}
+	if cur.Spec.HolderIdentity != nil && *cur.Spec.HolderIdentity != holder {
+		return fmt.Errorf("node lease %s/%s is held by %q, not %s: %w", p.namespace, name, *cur.Spec.HolderIdentity, p.node, ports.ErrConflict)
+	}
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	cur.Annotations[AnnotationPeerAddress] = p.address
+	cur.Spec.HolderIdentity, cur.Spec.LeaseDurationSeconds, cur.Spec.RenewTime = &holder, &secs, &now
+	if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renew node lease %s/%s: %w", p.namespace, name, err)
+	}
+	return nil
+}
+
+// Run publishes now and then every third of the Lease's duration until
+// ctx ends; a failed renewal is retried at the next one and reported to
+// onError.
+func (p *Publisher) Run(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(p.Duration / 3)
+	defer t.Stop()
+	for {
+		if err := p.Publish(ctx); err != nil && ctx.Err() == nil {
+			onError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Resolver finds nodes' peer addresses from their Leases, caching each
+// for ttl: addresses change only when a daemon restarts with a new one,
+// and a failed dial makes the caller retry after the cache expires.
+type Resolver struct {
+	client    kubernetes.Interface
+	namespace string
+	ttl       time.Duration
+	mu        sync.Mutex
+	cache     map[replica.Node]cached
+}
+
+type cached struct {
+	addr string
+	at   time.Time
+}
+
+// NewResolver returns a resolver reading Leases in namespace.
+func NewResolver(client kubernetes.Interface, namespace string, ttl time.Duration) *Resolver {
+	return &Resolver{client: client, namespace: namespace, ttl: ttl, cache: map[replica.Node]cached{}}
+}
+
+// Resolve returns node's peer address; ErrUnavailable when the node
+// publishes none.
+func (r *Resolver) Resolve(node replica.Node) (string, error) {
+	r.mu.Lock()
+	c, ok := r.cache[node]
+	r.mu.Unlock()
+	if ok && time.Since(c.at) < r.ttl {
+		return c.addr, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("peer address of node %s: %v: %w", node, err, ports.ErrUnavailable)
+	}
+	addr := l.Annotations[AnnotationPeerAddress]
+	if addr == "" || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != string(node) {
+		return "", fmt.Errorf("peer address of node %s: lease %s publishes none: %w", node, l.Name, ports.ErrUnavailable)
+	}
+	r.mu.Lock()
+	r.cache[node] = cached{addr: addr, at: time.Now()}
+	r.mu.Unlock()
+	return addr, nil
+}

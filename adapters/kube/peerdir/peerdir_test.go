@@ -1,0 +1,70 @@
+package peerdir
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+
+	"github.com/ferry-csi/ferry/ports"
+)
+
+func TestAPublishedAddressIsResolvedAndRenewed(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	p := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
+	if err := p.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(client, "ferry-system", 0)
+	if addr, err := r.Resolve("node-a"); err != nil || addr != "10.1.0.5:7443" {
+		t.Fatalf("Resolve = %q, %v", addr, err)
+	}
+	// A restarted daemon with a new address renews the same Lease.
+	p2 := NewPublisher(client, "ferry-system", "node-a", "10.1.0.9:7443")
+	if err := p2.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if addr, err := r.Resolve("node-a"); err != nil || addr != "10.1.0.9:7443" {
+		t.Fatalf("after a new address: %q, %v", addr, err)
+	}
+	if _, err := r.Resolve("node-b"); !errors.Is(err, ports.ErrUnavailable) {
+		t.Fatalf("a node without a lease: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestTheCacheServesWithinItsTTL(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	if err := NewPublisher(client, "ns", "a", "1.1.1.1:1").Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(client, "ns", time.Hour)
+	if _, err := r.Resolve("a"); err != nil {
+		t.Fatal(err)
+	}
+	before := len(client.Actions())
+	for range 5 {
+		if _, err := r.Resolve("a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(client.Actions()) != before {
+		t.Fatalf("%d reads within the TTL, want none", len(client.Actions())-before)
+	}
+}
+
+func TestLeaseNamesAreValidForLongNodeNames(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	if n := LeaseName("node-a"); n != "ferry-node-node-a" {
+		t.Errorf("LeaseName(node-a) = %q", n)
+	}
+	if n := LeaseName(replica.Node("x" + long)); len(n) > 253 || !strings.HasPrefix(n, "ferry-node-") {
+		t.Errorf("LeaseName(long) = %q", n)
+	}
+}

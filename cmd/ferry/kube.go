@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
+	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
+	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// daemonKube runs the daemon's Kubernetes duties when --cluster-state is
+// kubernetes: the node's Lease with its peer address (--peer-advertise),
+// and the node's placement labels, checked every --placement-period.
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap.Logger) error {
+	if o.ClusterState != "kubernetes" {
+		return nil
+	}
+	cfg, err := kubeConfig(o.Kubeconfig, "daemon")
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	node := replica.Node(o.NodeID)
+	labeler := orchestration.NewLabeler(node, store, rvstate.New(dyn, nil), nodelabels.New(kube), log.Named("placement"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			if o.PeerAdvertise != "" {
+				pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
+				go func() {
+					defer func() { done <- struct{}{} }()
+					pub.Run(ctx, func(err error) { log.Warn("node lease not renewed", zap.Error(err)) })
+				}()
+				log.Info("publishing the node's peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)))
+			} else {
+				done <- struct{}{}
+			}
+			go func() {
+				defer func() { done <- struct{}{} }()
+				t := time.NewTicker(o.PlacementPeriod)
+				defer t.Stop()
+				for {
+					if usable, err := labeler.Sync(ctx); err != nil && ctx.Err() == nil {
+						log.Warn("placement labels not updated", zap.Error(err))
+					} else if err == nil {
+						log.Debug("placement labels checked", zap.Int("usable", len(usable)))
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-t.C:
+					}
+				}
+			}()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			<-done
+			<-done
+			return nil
+		},
+	})
+	return nil
+}
+
+// leaseResolver resolves peers from the nodes' Leases (volume-manager with
+// --cluster-state kubernetes and no --peers).
+func leaseResolver(o *Options) (func(replica.Node) (string, error), error) {
+	cfg, err := kubeConfig(o.Kubeconfig, "volume-manager")
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return peerdir.NewResolver(kube, o.Namespace, 30*time.Second).Resolve, nil
+}
