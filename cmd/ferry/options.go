@@ -55,6 +55,7 @@ type Options struct {
 	AllowedLag       uint64
 	Keep             int
 	StatusListen     string
+	ProbeListen      string
 	MaxTransferRate  byteRate
 }
 
@@ -140,6 +141,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
 	fs.Var(&o.MaxTransferRate, "max-transfer-rate", "limit of each transfer this replica receives, in `bytes` per second: a number, or with a suffix k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 50M or 64Mi; at least 64Ki; 0: unlimited")
+	fs.StringVar(&o.ProbeListen, "probe-listen", "", "address of the readiness probe (GET /ready: 200 while the replica is up to date or the active primary, else 503); empty: none")
 	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
 	return o
 }

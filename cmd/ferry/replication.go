@@ -182,20 +182,45 @@ func statusHandler(r *app.Replicator) http.Handler {
 	return mux
 }
 
-// statusServer serves statusHandler on --status-listen.
+// readyHandler answers the kubelet's readiness probe: 200 while the
+// replica is up to date (replica.IsReady, as last reported) or is the
+// active primary, 503 otherwise, so that a ReplicaSet scaling down removes
+// stale replicas first. It serves nothing else: it listens where the
+// kubelet reaches it, unlike the status endpoint.
+func readyHandler(r interface{ Status() app.Status }) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		st := r.Status()
+		if st.Ready || st.Primary {
+			_, _ = w.Write([]byte("ready\n"))
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "not ready: snapshot %d of epoch %d\n", st.Snapshot, st.Epoch)
+	})
+	return mux
+}
+
+// statusServer serves statusHandler on --status-listen and readyHandler
+// on --probe-listen.
 func statusServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
-	if o.StatusListen == "" {
+	serveHTTP(lc, o.ProbeListen, readyHandler(r), "serving the readiness probe", log)
+	serveHTTP(lc, o.StatusListen, statusHandler(r), "serving status", log)
+}
+
+func serveHTTP(lc fx.Lifecycle, addr string, h http.Handler, what string, log *zap.Logger) {
+	if addr == "" {
 		return
 	}
-	srv := &http.Server{Addr: o.StatusListen, Handler: statusHandler(r), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			l, err := net.Listen("tcp", o.StatusListen)
+			l, err := net.Listen("tcp", addr)
 			if err != nil {
 				return err
 			}
 			go func() { _ = srv.Serve(l) }()
-			log.Info("serving status", zap.String("address", l.Addr().String()))
+			log.Info(what, zap.String("address", l.Addr().String()))
 			return nil
 		},
 		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },

@@ -64,3 +64,44 @@ func TestTheStatusEndpointReportsTheReplicaAndTakesSnapshotRequests(t *testing.T
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+type fixedStatus app.Status
+
+func (f *fixedStatus) Status() app.Status { return app.Status(*f) }
+
+func TestTheReadinessProbeFollowsTheReplicasReadiness(t *testing.T) {
+	st := &fixedStatus{Snapshot: 3, Epoch: 1}
+	srv := httptest.NewServer(readyHandler(st))
+	defer srv.Close()
+	get := func() int {
+		resp, err := http.Get(srv.URL + "/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	cases := []struct {
+		name string
+		st   fixedStatus
+		want int
+	}{
+		{"behind", fixedStatus{Snapshot: 3, Epoch: 1}, http.StatusServiceUnavailable},
+		{"up to date", fixedStatus{Snapshot: 9, Epoch: 1, Ready: true}, http.StatusOK},
+		{"the active primary", fixedStatus{Snapshot: 9, Epoch: 1, Primary: true}, http.StatusOK},
+	}
+	for _, c := range cases {
+		*st = c.st
+		if got := get(); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+	resp, err := http.Post(srv.URL+"/snapshot", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("the probe endpoint answered a snapshot request with %d", resp.StatusCode)
+	}
+}
