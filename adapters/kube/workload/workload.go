@@ -1,0 +1,214 @@
+// Package workload applies a volume's replica workload to Kubernetes: the
+// ReplicaSet of volume-manager pods (one per secondary copy, spread one per
+// node by required pod anti-affinity, only on nodes running Ferry) and its
+// PodDisruptionBudget, both owned by the volume's ReplicatedVolume so that
+// the garbage collector removes them with it. How many secondaries and how
+// many a drain must leave come from domain/placement; this package only
+// renders and applies them.
+package workload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+const (
+	// LabelComponent's value on replica pods.
+	ComponentReplica = "replica"
+	labelName        = "app.kubernetes.io/name"
+	labelComponent   = "app.kubernetes.io/component"
+	// TopologyKey is the node label the kubelet sets from Ferry's
+	// NodeGetInfo: present exactly on nodes running Ferry's daemon.
+	TopologyKey = "topology.ferry.zfs.csi.io/node"
+	// ProbePort is the volume manager's readiness port (--probe-listen).
+	ProbePort = 9808
+)
+
+// Template is what every replica pod shares, from the deployment's
+// configuration.
+type Template struct {
+	Namespace          string
+	Image              string
+	ServiceAccount     string
+	PriorityClass      string
+	ImagePullPolicy    corev1.PullPolicy
+	// Args come after "volume-manager --volume=<id>": the pool, peer TLS
+	// and cluster-state flags (they may use $(NODE_NAME)).
+	Args []string
+	// Volumes and Mounts give the pod the node's ZFS (socket, devices,
+	// dataset mount directory) and the peer TLS Secret.
+	Volumes []corev1.Volume
+	Mounts  []corev1.VolumeMount
+}
+
+// Owner is the ReplicatedVolume the objects belong to.
+type Owner struct {
+	Volume volume.ID
+	Name   string
+	UID    types.UID
+}
+
+// Name is the ReplicaSet's and budget's name: "ferry-<volume>" when that
+// is a valid DNS label of at most 52 bytes (pod names add 11), else
+// "ferry-rv-" and a hash.
+func Name(id volume.ID) string {
+	n := "ferry-" + string(id)
+	if len(n) <= 52 && len(validation.IsDNS1123Label(n)) == 0 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "ferry-rv-" + hex.EncodeToString(sum[:12])
+}
+
+// Selector labels every replica pod of the volume carries.
+func Selector(id volume.ID) map[string]string {
+	return map[string]string{labelName: "ferry", labelComponent: ComponentReplica, rvapi.LabelVolume: rvapi.Hash(id)}
+}
+
+// Applier creates and updates the objects.
+type Applier struct {
+	client kubernetes.Interface
+	tpl    Template
+}
+
+// New returns an applier.
+func New(client kubernetes.Interface, tpl Template) *Applier {
+	return &Applier{client: client, tpl: tpl}
+}
+
+// Ensure makes the volume's ReplicaSet and budget say o: created when
+// missing, their replicas and minAvailable changed when they differ, and
+// nothing written when they already agree. The pod template is set at
+// creation only (a new template would not restart running replicas).
+func (a *Applier) Ensure(ctx context.Context, owner Owner, o placement.Objects, snapshotInterval string) error {
+	rs := a.ReplicaSet(owner, o, snapshotInterval)
+	rss := a.client.AppsV1().ReplicaSets(a.tpl.Namespace)
+	cur, err := rss.Get(ctx, rs.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := rss.Create(ctx, rs, metav1.CreateOptions{FieldManager: "ferry"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ReplicaSet %s/%s: %w", a.tpl.Namespace, rs.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("read ReplicaSet %s/%s: %w", a.tpl.Namespace, rs.Name, err)
+	case cur.Spec.Replicas == nil || *cur.Spec.Replicas != int32(o.Secondaries):
+		patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, o.Secondaries)
+		if _, err := rss.Patch(ctx, rs.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+			return fmt.Errorf("scale ReplicaSet %s/%s to %d: %w", a.tpl.Namespace, rs.Name, o.Secondaries, err)
+		}
+	}
+	pdb := a.Budget(owner, o)
+	pdbs := a.client.PolicyV1().PodDisruptionBudgets(a.tpl.Namespace)
+	curPDB, err := pdbs.Get(ctx, pdb.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := pdbs.Create(ctx, pdb, metav1.CreateOptions{FieldManager: "ferry"}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create PodDisruptionBudget %s/%s: %w", a.tpl.Namespace, pdb.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("read PodDisruptionBudget %s/%s: %w", a.tpl.Namespace, pdb.Name, err)
+	case curPDB.Spec.MinAvailable == nil || curPDB.Spec.MinAvailable.IntValue() != o.MinAvailable || curPDB.Spec.MinAvailable.Type != intstr.Int:
+		patch := fmt.Appendf(nil, `{"spec":{"minAvailable":%d}}`, o.MinAvailable)
+		if _, err := pdbs.Patch(ctx, pdb.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+			return fmt.Errorf("set minAvailable of PodDisruptionBudget %s/%s to %d: %w", a.tpl.Namespace, pdb.Name, o.MinAvailable, err)
+		}
+	}
+	return nil
+}
+
+func ownerRef(owner Owner) []metav1.OwnerReference {
+	t := true
+	return []metav1.OwnerReference{{APIVersion: rvapi.APIVersion, Kind: rvapi.Kind, Name: owner.Name, UID: owner.UID, BlockOwnerDeletion: &t}}
+}
+
+// ReplicaSet renders the volume's ReplicaSet.
+func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval string) *appsv1.ReplicaSet {
+	sel := Selector(owner.Volume)
+	replicas := int32(o.Secondaries)
+	args := append([]string{"volume-manager", "--volume=" + string(owner.Volume), "--node-id=$(NODE_NAME)",
+		"--cluster-state=kubernetes", fmt.Sprintf("--probe-listen=:%d", ProbePort)}, a.tpl.Args...)
+	if snapshotInterval != "" {
+		args = append(args, "--snapshot-interval="+snapshotInterval)
+	}
+	privileged := true
+	grace := int64(60)
+	podLabels := map[string]string{}
+	for k, v := range sel {
+		podLabels[k] = v
+	}
+	return &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(owner.Volume), Namespace: a.tpl.Namespace, Labels: sel, OwnerReferences: ownerRef(owner),
+			Annotations: map[string]string{"ferry.zfs.csi.io/volume-id": string(owner.Volume)}},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{"ferry.zfs.csi.io/volume-id": string(owner.Volume)}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:            a.tpl.ServiceAccount,
+					PriorityClassName:             a.tpl.PriorityClass,
+					TerminationGracePeriodSeconds: &grace,
+					Affinity: &corev1.Affinity{
+						NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+								{Key: TopologyKey, Operator: corev1.NodeSelectorOpExists}}}}}},
+						PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{rvapi.LabelVolume: rvapi.Hash(owner.Volume)}},
+							TopologyKey:   "kubernetes.io/hostname"}}},
+					},
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					Containers: []corev1.Container{{
+						Name:            "volume-manager",
+						Image:           a.tpl.Image,
+						ImagePullPolicy: a.tpl.ImagePullPolicy,
+						Args:            args,
+						Env: []corev1.EnvVar{
+							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+						},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(ProbePort)}},
+							PeriodSeconds: 5, FailureThreshold: 1,
+						},
+						SecurityContext: &corev1.SecurityContext{Privileged: &privileged},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+						},
+						VolumeMounts: a.tpl.Mounts,
+					}},
+					Volumes: a.tpl.Volumes,
+				},
+			},
+		},
+	}
+}
+
+// Budget renders the volume's PodDisruptionBudget.
+func (a *Applier) Budget(owner Owner, o placement.Objects) *policyv1.PodDisruptionBudget {
+	minAvail := intstr.FromInt32(int32(o.MinAvailable))
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(owner.Volume), Namespace: a.tpl.Namespace, Labels: Selector(owner.Volume), OwnerReferences: ownerRef(owner)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvail,
+			Selector:     &metav1.LabelSelector{MatchLabels: Selector(owner.Volume)},
+		},
+	}
+}

@@ -1,0 +1,106 @@
+package workload
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+var tpl = Template{Namespace: "ferry-system", Image: "ferry:dev", ServiceAccount: "ferry-replica", PriorityClass: "ferry-replica",
+	Args: []string{"--pool=ferry"}}
+
+func writes(c *fake.Clientset) (n int) {
+	for _, a := range c.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestEnsureCreatesThenScalesAndWritesNothingWhenInLine(t *testing.T) {
+	c := fake.NewClientset()
+	a := New(c, tpl)
+	ctx := context.Background()
+	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "uid-1"}
+	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 2, MinAvailable: 1}, "30s"); err != nil {
+		t.Fatal(err)
+	}
+	if writes(c) != 2 {
+		t.Fatalf("%d writes to create, want 2", writes(c))
+	}
+	before := writes(c)
+	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 2, MinAvailable: 1}, "30s"); err != nil {
+		t.Fatal(err)
+	}
+	if writes(c) != before {
+		t.Fatalf("%d writes when nothing changed, want 0", writes(c)-before)
+	}
+	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 1, MinAvailable: 0}, "30s"); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := c.AppsV1().ReplicaSets("ferry-system").Get(ctx, "ferry-pvc-1", metav1.GetOptions{})
+	pdb, _ := c.PolicyV1().PodDisruptionBudgets("ferry-system").Get(ctx, "ferry-pvc-1", metav1.GetOptions{})
+	if *rs.Spec.Replicas != 1 || pdb.Spec.MinAvailable.IntValue() != 0 {
+		t.Fatalf("after scaling: replicas %d, minAvailable %v", *rs.Spec.Replicas, pdb.Spec.MinAvailable)
+	}
+	for _, act := range c.Actions()[before:] {
+		if p, ok := act.(k8stesting.PatchAction); ok && !strings.Contains(string(p.GetPatch()), `"spec"`) {
+			t.Errorf("a patch outside spec: %s", p.GetPatch())
+		}
+	}
+}
+
+func TestTheReplicaPodsSpreadOnFerryNodesAndBelongToTheVolume(t *testing.T) {
+	a := New(fake.NewClientset(), tpl)
+	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "uid-1"}
+	rs := a.ReplicaSet(owner, placement.Objects{Secondaries: 3}, "10s")
+	pod := rs.Spec.Template.Spec
+	anti := pod.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(anti) != 1 || anti[0].TopologyKey != "kubernetes.io/hostname" || anti[0].LabelSelector.MatchLabels[rvapi.LabelVolume] != rvapi.Hash("pvc-1") {
+		t.Errorf("anti-affinity %+v", anti)
+	}
+	node := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(node) != 1 || node[0].MatchExpressions[0].Key != TopologyKey {
+		t.Errorf("node affinity %+v", node)
+	}
+	for k, v := range rs.Spec.Selector.MatchLabels {
+		if rs.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s not on the template", k, v)
+		}
+	}
+	args := pod.Containers[0].Args
+	for _, want := range []string{"volume-manager", "--volume=pvc-1", "--cluster-state=kubernetes", "--snapshot-interval=10s", "--pool=ferry", "--probe-listen=:9808"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	if pod.Containers[0].ReadinessProbe.HTTPGet.Path != "/ready" || pod.PriorityClassName != "ferry-replica" {
+		t.Errorf("probe %+v, priority class %q", pod.Containers[0].ReadinessProbe, pod.PriorityClassName)
+	}
+	if len(rs.OwnerReferences) != 1 || rs.OwnerReferences[0].Kind != rvapi.Kind || rs.OwnerReferences[0].UID != "uid-1" {
+		t.Errorf("owner %+v", rs.OwnerReferences)
+	}
+}
+
+func TestNamesFitPodNames(t *testing.T) {
+	if n := Name("pvc-0b6f1c0e-4a51-4f0c-9d0e-2f3b1a5c6d7e"); n != "ferry-pvc-0b6f1c0e-4a51-4f0c-9d0e-2f3b1a5c6d7e" {
+		t.Errorf("Name = %q", n)
+	}
+	for _, id := range []string{"Upper_Case", strings.Repeat("a", 100), "a.b"} {
+		if n := Name(rvapiID(id)); len(n) > 52 || !strings.HasPrefix(n, "ferry-rv-") {
+			t.Errorf("Name(%q) = %q", id, n)
+		}
+	}
+}
+
+func rvapiID(s string) volume.ID { return volume.ID(s) }

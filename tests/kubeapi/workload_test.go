@@ -1,0 +1,69 @@
+//go:build apiserver
+
+package kubeapi_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/adapters/kube/workload"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+// The rendered ReplicaSet and budget pass the real API server's
+// validation, are owned by the ReplicatedVolume and follow its scale.
+func TestTheReplicaWorkloadIsValidAndFollowsThePlacement(t *testing.T) {
+	cfg := start(t)
+	ctx := context.Background()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	deleteAll(t, dyn)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ferry-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	st := replica.State{Volume: "pvc-w", ReplicationFactor: 3, Epoch: 1}
+	if _, err := rvstate.New(dyn, nil).Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	u, err := dyn.Resource(rvapi.GVR).Get(ctx, "pvc-w", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := workload.Owner{Volume: "pvc-w", Name: u.GetName(), UID: u.GetUID()}
+	a := workload.New(kube, workload.Template{Namespace: "ferry-system", Image: "ferry:dev", ServiceAccount: "ferry-replica",
+		Args: []string{"--pool=ferry-$(NODE_NAME)"}})
+	if err := a.Ensure(ctx, owner, placement.Desired(st, false), "30s"); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := kube.AppsV1().ReplicaSets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb, err := kube.PolicyV1().PodDisruptionBudgets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *rs.Spec.Replicas != 3 || pdb.Spec.MinAvailable.IntValue() != 2 || rs.OwnerReferences[0].UID != u.GetUID() {
+		t.Fatalf("replicas %d, minAvailable %v, owner %+v", *rs.Spec.Replicas, pdb.Spec.MinAvailable, rs.OwnerReferences)
+	}
+	// A primary became active: it left the ReplicaSet.
+	st.Replicas = []replica.Replica{{Node: "a", Active: true}, {Node: "b"}, {Node: "c"}}
+	st.Primary = "a"
+	if err := a.Ensure(ctx, owner, placement.Desired(st, false), "30s"); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ = kube.AppsV1().ReplicaSets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})
+	pdb, _ = kube.PolicyV1().PodDisruptionBudgets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})
+	if *rs.Spec.Replicas != 2 || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Fatalf("after activation: replicas %d, minAvailable %v", *rs.Spec.Replicas, pdb.Spec.MinAvailable)
+	}
+}
