@@ -57,7 +57,7 @@ func TestCreateVolumeCreatesTheDatasetWithRoundedSizeAllowedPropertiesAndMetadat
 		})
 	v, err := c.CreateVolume(ctx, app.CreateVolumeRequest{
 		Name: "pvc-1", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB + 1}, Capabilities: rw,
-		Parameters: map[string]string{"replicationFactor": "2", "compression": "lz4", "recordsize": "128k",
+		Parameters: map[string]string{"defaultReplicationFactor": "2", "compression": "lz4", "recordsize": "128k",
 			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db"},
 	})
 	if err != nil {
@@ -122,7 +122,7 @@ func TestCreateVolumeRetriedReturnsTheSameVolumeAndAConflictingOneIsRefused(t *t
 		t.Fatalf("larger size: %v, want ErrIncompatible", err)
 	}
 	otherParams := req
-	otherParams.Parameters = map[string]string{"replicationFactor": "3"}
+	otherParams.Parameters = map[string]string{"defaultReplicationFactor": "3"}
 	if _, err := c.CreateVolume(ctx, otherParams); !errors.Is(err, app.ErrIncompatible) {
 		t.Fatalf("other parameters: %v, want ErrIncompatible", err)
 	}

@@ -126,8 +126,8 @@ func TestCreateVolumeRefusesBadParametersWithInvalidArgumentNamingTheParameter(t
 		{"a key with a typo", map[string]string{"replicationfactor": "2"}, "replicationfactor"},
 		{"a ZFS property not on the allow-list", map[string]string{"mountpoint": "/etc"}, "mountpoint"},
 		{"a quota by the back door", map[string]string{"quota": "1T"}, "quota"},
-		{"a replication factor of zero", map[string]string{"replicationFactor": "0"}, "replicationFactor"},
-		{"a replication factor in words", map[string]string{"replicationFactor": "two"}, "replicationFactor"},
+		{"a replication factor of zero", map[string]string{"defaultReplicationFactor": "0"}, "defaultReplicationFactor"},
+		{"a replication factor in words", map[string]string{"defaultReplicationFactor": "two"}, "defaultReplicationFactor"},
 		{"an unknown compression", map[string]string{"compression": "bogus"}, "compression"},
 		{"a recordsize that is not a power of two", map[string]string{"recordsize": "100k"}, "recordsize"},
 		{"an atime of yes", map[string]string{"atime": "yes"}, "atime"},
@@ -155,7 +155,7 @@ func TestCreateVolumeAcceptsEveryAllowedParameter(t *testing.T) {
 	e := newEnv(t)
 	req := createReq("vol-1", 0)
 	req.Parameters = map[string]string{
-		"replicationFactor": "3", "pool": poolName, "snapshotInterval": "1m",
+		"defaultReplicationFactor": "3", "pool": poolName, "snapshotInterval": "1m",
 		"compression": "lz4", "recordsize": "128k", "atime": "off",
 		"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db",
 	}

@@ -10,7 +10,9 @@ import (
 
 // StorageClass parameter keys Ferry understands.
 const (
-	ParamReplicationFactor = "replicationFactor"
+	// ParamReplicationFactor is the replication factor a new volume gets;
+	// the volume's own (its ReplicatedVolume's spec) may be edited later.
+	ParamReplicationFactor = "defaultReplicationFactor"
 	ParamPool              = "pool"
 	ParamSnapshotInterval  = "snapshotInterval"
 	ParamCompression       = "compression"
@@ -79,7 +81,7 @@ func AllowedParameters() []string {
 }
 
 // ParseParams validates StorageClass parameters. Unknown keys are an error
-// (a typo such as "replicationfactor" must not silently give one copy).
+// (a typo such as "defaultreplicationfactor" must not silently give one copy).
 func ParseParams(in map[string]string) (Params, error) {
 	p := Params{
 		ReplicationFactor: DefaultReplicationFactor,
@@ -113,6 +115,8 @@ func ParseParams(in map[string]string) (Params, error) {
 				return Params{}, invalid(field, v, fmt.Sprintf("must be a duration from %s to %s, such as 30s", MinSnapshotInterval, MaxSnapshotInterval))
 			}
 			p.SnapshotInterval = d
+		case k == "replicationFactor":
+			return Params{}, invalid("parameters", k, "renamed to "+ParamReplicationFactor)
 		case strings.HasPrefix(k, metadataPrefix):
 			p.Metadata[k] = v
 		default:

@@ -19,7 +19,7 @@ func TestParseParamsDefaultsWhenEmpty(t *testing.T) {
 
 func TestParseParamsNormalisesAllowedValues(t *testing.T) {
 	p, err := ParseParams(map[string]string{
-		"replicationFactor": "3", "pool": "tank", "snapshotInterval": "1m",
+		"defaultReplicationFactor": "3", "pool": "tank", "snapshotInterval": "1m",
 		"compression": "lz4", "recordsize": "128k", "atime": "off",
 		"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db",
 	})
@@ -42,9 +42,9 @@ func TestParseParamsRefusesWhatItDoesNotKnow(t *testing.T) {
 		"typo in a key":             {"replicationfactor": "2"},
 		"a property not allowed":    {"mountpoint": "/etc"},
 		"quota by the back door":    {"quota": "1T"},
-		"replication factor zero":   {"replicationFactor": "0"},
-		"replication factor huge":   {"replicationFactor": "99"},
-		"replication factor words":  {"replicationFactor": "two"},
+		"replication factor zero":   {"defaultReplicationFactor": "0"},
+		"replication factor huge":   {"defaultReplicationFactor": "99"},
+		"replication factor words":  {"defaultReplicationFactor": "two"},
 		"unknown compression":       {"compression": "bogus"},
 		"recordsize not power of 2": {"recordsize": "100k"},
 		"recordsize too large":      {"recordsize": "4M"},
@@ -62,7 +62,11 @@ func TestParseParamsRefusesWhatItDoesNotKnow(t *testing.T) {
 		}
 	}
 	_, err := ParseParams(map[string]string{"bogus": "1"})
-	if err == nil || !strings.Contains(err.Error(), "replicationFactor") {
+	if err == nil || !strings.Contains(err.Error(), "defaultReplicationFactor") {
 		t.Errorf("an unknown key's error should list the allowed keys: %v", err)
+	}
+	_, err = ParseParams(map[string]string{"replicationFactor": "2"})
+	if err == nil || !strings.Contains(err.Error(), "renamed to defaultReplicationFactor") {
+		t.Errorf("the old name must say what it became: %v", err)
 	}
 }

@@ -164,7 +164,7 @@ func (d *demo) lifecycle() error {
 	}
 	d.say("GetPluginInfo: %s %s", info.GetName(), info.GetVendorVersion())
 
-	params := map[string]string{"replicationFactor": "1", "compression": "on", "atime": "off"}
+	params := map[string]string{"defaultReplicationFactor": "1", "compression": "on", "atime": "off"}
 	vol, err := d.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name: "demo-volume", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
 		VolumeCapabilities: []*csi.VolumeCapability{mountRW}, Parameters: params,

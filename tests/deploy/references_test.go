@@ -19,7 +19,7 @@ import (
 // csi.storage.k8s.io/* keys that the external-provisioner adds itself with
 // --extra-create-metadata; in a StorageClass those keys name CSI secrets,
 // which Ferry must never be given, so they are not allowed here.
-var allowedStorageClassParameters = []string{"replicationFactor", "pool", "snapshotInterval", "compression", "recordsize", "atime"}
+var allowedStorageClassParameters = []string{"defaultReplicationFactor", "pool", "snapshotInterval", "compression", "recordsize", "atime"}
 
 // ---------------------------------------------------------------------------
 // 4. Consistency
