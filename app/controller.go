@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -45,6 +46,10 @@ type Controller struct {
 	mounts ports.MountTable
 	locks  *Locks
 	log    *zap.Logger
+	// cluster and workload, when set, replicate volumes whose replication
+	// factor is 2 or more (EnableReplication).
+	cluster  ports.ClusterState
+	workload ports.ReplicaWorkload
 }
 
 // NewController returns the controller use cases over store. mounts is the
@@ -52,6 +57,15 @@ type Controller struct {
 // a volume is published (DeleteVolume refuses a volume in use).
 func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Controller {
 	return &Controller{cfg: cfg, store: store, mounts: mounts, locks: NewLocks(), log: log}
+}
+
+// EnableReplication makes CreateVolume replicate volumes whose replication
+// factor is 2 or more: their shared state (Kubernetes: a ReplicatedVolume)
+// names this node the primary of epoch 1, this node's volume manager
+// starts, and the workload runs the secondaries. Volumes of factor 1 stay
+// plain node-local datasets.
+func (c *Controller) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
+	c.cluster, c.workload = cluster, w
 }
 
 // CreateVolumeRequest is a validated-on-use CreateVolume call.
@@ -73,6 +87,9 @@ type Volume struct {
 	Node             replica.Node
 	SourceSnapshotID string
 	SourceVolumeID   string
+	// Usable, for a replicated volume, is a second topology segment: the
+	// nodes where a ready replica lives (placement labels).
+	Usable map[string]string
 }
 
 // CreateVolume provisions a volume, or returns the one a previous identical
@@ -142,7 +159,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
 			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], ErrIncompatible)
 		}
-		return c.volume(existing, params, req), nil
+		return c.replicate(ctx, c.volume(existing, params, req), params)
 	case errors.Is(err, ports.ErrNotOwned):
 		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, ErrPrecondition)
 	case !errors.Is(err, ports.ErrNotFound):
@@ -163,7 +180,42 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 	}
 	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
 		zap.Int("replicationFactor", params.ReplicationFactor))
-	return c.volume(info, params, req), nil
+	return c.replicate(ctx, c.volume(info, params, req), params)
+}
+
+// replicate sets up replication of a new (or retried) volume of factor 2
+// or more when replication is enabled: the shared state with this node as
+// the active primary of epoch 1 (the volume was created here for the pod
+// the scheduler placed here; handing the primary over when the pod moves
+// is the next stage), this node's volume manager, and the secondaries'
+// workload sized by placement.Desired. Every step is idempotent, so a
+// retried CreateVolume completes what an interrupted one began.
+func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Params) (Volume, error) {
+	if c.cluster == nil || c.workload == nil || params.ReplicationFactor < 2 {
+		return v, nil
+	}
+	self := c.cfg.Node
+	st, err := c.cluster.Create(ctx, replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self,
+		Replicas: []replica.Replica{{Node: self, Active: true}}})
+	if errors.Is(err, ports.ErrExists) {
+		st, err = c.cluster.Get(ctx, v.ID)
+	}
+	if err != nil {
+		return Volume{}, fmt.Errorf("replicated volume %s: shared state: %w", v.ID, err)
+	}
+	primary := st.Primary == self
+	if r, ok := st.Replica(self); !ok || (primary && !r.Active) {
+		primary = false
+	}
+	if err := c.workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
+		return Volume{}, err
+	}
+	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st, false), params.SnapshotInterval); err != nil {
+		return Volume{}, err
+	}
+	k, val := c.workload.Segment(v.ID)
+	v.Usable = map[string]string{k: val}
+	return v, nil
 }
 
 func (c *Controller) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
@@ -246,6 +298,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 		return nil
 	case err != nil:
 		return err
+	}
+	if c.cluster != nil {
+		// A replicated volume: its shared state goes first, and with it
+		// (Kubernetes: owner references) its replica pods, each of which
+		// destroys its copy once the state is gone.
+		if err := c.cluster.Delete(ctx, id); err != nil && !errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("delete volume %s: its shared state: %w", id, err)
+		}
 	}
 	if err := c.store.DestroyVolume(ctx, id); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {

@@ -88,7 +88,7 @@ func toCSIVolume(v app.Volume) *csi.Volume {
 		VolumeId:           string(v.ID),
 		CapacityBytes:      v.CapacityBytes,
 		VolumeContext:      v.Context,
-		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: string(v.Node)}}},
+		AccessibleTopology: topology(v),
 	}
 	switch {
 	case v.SourceSnapshotID != "":
@@ -213,4 +213,15 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: toCSISnapshot(s)})
 	}
 	return resp, nil
+}
+
+// topology is where the volume may be used: its node and, for a
+// replicated volume, every node carrying its placement label (the PV's
+// node affinity ORs the segments).
+func topology(v app.Volume) []*csi.Topology {
+	t := []*csi.Topology{{Segments: map[string]string{TopologyKey: string(v.Node)}}}
+	if len(v.Usable) > 0 {
+		t = append(t, &csi.Topology{Segments: v.Usable})
+	}
+	return t
 }

@@ -39,7 +39,7 @@ func TestTheReplicaWorkloadIsValidAndFollowsThePlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := workload.Owner{Volume: "pvc-w", Name: u.GetName(), UID: u.GetUID()}
-	a := workload.New(kube, workload.Template{Namespace: "ferry-system", Image: "ferry:dev", ServiceAccount: "ferry-replica",
+	a := workload.New(kube, dyn, workload.Template{Namespace: "ferry-system", Image: "ferry:dev", ServiceAccount: "ferry-replica",
 		Args: []string{"--pool=ferry-$(NODE_NAME)"}})
 	if err := a.Ensure(ctx, owner, placement.Desired(st, false), "30s"); err != nil {
 		t.Fatal(err)

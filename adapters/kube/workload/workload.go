@@ -12,6 +12,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,16 +24,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
 	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
 )
 
 const (
 	// LabelComponent's value on replica pods.
 	ComponentReplica = "replica"
+	// ComponentPrimary marks the active primary's pod.
+	ComponentPrimary = "primary"
 	labelName        = "app.kubernetes.io/name"
 	labelComponent   = "app.kubernetes.io/component"
 	// TopologyKey is the node label the kubelet sets from Ferry's
@@ -42,20 +50,38 @@ const (
 )
 
 // Template is what every replica pod shares, from the deployment's
-// configuration.
+// configuration (deploy/replica-template.yaml, a ConfigMap the daemon
+// reads with --replica-template).
 type Template struct {
-	Namespace          string
-	Image              string
-	ServiceAccount     string
-	PriorityClass      string
-	ImagePullPolicy    corev1.PullPolicy
+	Namespace       string            `json:"namespace"`
+	Image           string            `json:"image"`
+	ServiceAccount  string            `json:"serviceAccount"`
+	PriorityClass   string            `json:"priorityClass"`
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// Args come after "volume-manager --volume=<id>": the pool, peer TLS
 	// and cluster-state flags (they may use $(NODE_NAME)).
-	Args []string
+	Args []string `json:"args"`
 	// Volumes and Mounts give the pod the node's ZFS (socket, devices,
 	// dataset mount directory) and the peer TLS Secret.
-	Volumes []corev1.Volume
-	Mounts  []corev1.VolumeMount
+	Volumes []corev1.Volume      `json:"volumes"`
+	Mounts  []corev1.VolumeMount `json:"volumeMounts"`
+}
+
+// LoadTemplate reads a Template from YAML, strictly (an unknown key is
+// an error, not a silently missing mount).
+func LoadTemplate(path string) (Template, error) {
+	var t Template
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, err
+	}
+	if err := yaml.UnmarshalStrict(b, &t); err != nil {
+		return t, fmt.Errorf("replica template %s: %w", path, err)
+	}
+	if t.Namespace == "" || t.Image == "" || t.ServiceAccount == "" {
+		return t, fmt.Errorf("replica template %s: namespace, image and serviceAccount are required", path)
+	}
+	return t, nil
 }
 
 // Owner is the ReplicatedVolume the objects belong to.
@@ -85,12 +111,83 @@ func Selector(id volume.ID) map[string]string {
 // Applier creates and updates the objects.
 type Applier struct {
 	client kubernetes.Interface
+	dyn    dynamic.Interface
 	tpl    Template
 }
 
-// New returns an applier.
-func New(client kubernetes.Interface, tpl Template) *Applier {
-	return &Applier{client: client, tpl: tpl}
+var _ ports.ReplicaWorkload = (*Applier)(nil)
+
+// New returns an applier; dyn reads the owning ReplicatedVolumes.
+func New(client kubernetes.Interface, dyn dynamic.Interface, tpl Template) *Applier {
+	return &Applier{client: client, dyn: dyn, tpl: tpl}
+}
+
+// owner reads the volume's ReplicatedVolume for its name and UID.
+func (a *Applier) owner(ctx context.Context, id volume.ID) (Owner, error) {
+	u, err := a.dyn.Resource(rvapi.GVR).Get(ctx, rvapi.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		return Owner{}, fmt.Errorf("ReplicatedVolume of volume %s: %w", id, err)
+	}
+	return Owner{Volume: id, Name: u.GetName(), UID: u.GetUID()}, nil
+}
+
+// Apply implements ports.ReplicaWorkload.
+func (a *Applier) Apply(ctx context.Context, id volume.ID, o placement.Objects, snapshotInterval time.Duration) error {
+	owner, err := a.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	return a.Ensure(ctx, owner, o, interval(snapshotInterval))
+}
+
+func interval(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// Segment implements ports.ReplicaWorkload: the volume's placement label.
+func (a *Applier) Segment(id volume.ID) (string, string) {
+	return rvapi.UsableLabel(id), rvapi.UsableValue
+}
+
+// PodName is node's pinned replica pod of volume id.
+func PodName(id volume.ID, node replica.Node) string {
+	sum := sha256.Sum256([]byte(node))
+	return Name(id) + "-" + hex.EncodeToString(sum[:4])
+}
+
+// StartReplica implements ports.ReplicaWorkload: a pod of the ReplicaSet's
+// template bound to node (spec.nodeName: the scheduler is not asked, the
+// copy is there), with the ReplicaSet's labels and no owner, so that the
+// ReplicaSet adopts it, or, for the active primary, with labels outside
+// the ReplicaSet's selector. An existing pod of that name is left alone.
+func (a *Applier) StartReplica(ctx context.Context, id volume.ID, node replica.Node, snapshotInterval time.Duration, primary bool) error {
+	owner, err := a.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	rs := a.ReplicaSet(owner, placement.Objects{}, interval(snapshotInterval))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: PodName(id, node), Namespace: a.tpl.Namespace,
+			Labels: rs.Spec.Template.Labels, Annotations: rs.Spec.Template.Annotations,
+			// Not a controller reference: the ReplicaSet may still adopt it;
+			// the garbage collector removes it with the ReplicatedVolume.
+			OwnerReferences: ownerRef(owner)},
+		Spec: rs.Spec.Template.Spec,
+	}
+	pod.Spec.NodeName = string(node)
+	if primary {
+		// Outside the ReplicaSet's selector (and budget); still under the
+		// volume's label, so that secondaries avoid its node.
+		pod.Labels = map[string]string{labelName: "ferry", labelComponent: ComponentPrimary, rvapi.LabelVolume: rvapi.Hash(id)}
+	}
+	_, err = a.client.CoreV1().Pods(a.tpl.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: "ferry"})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("start the replica pod of volume %s on %s: %w", id, node, err)
+	}
+	return nil
 }
 
 // Ensure makes the volume's ReplicaSet and budget say o: created when

@@ -29,7 +29,7 @@ func writes(c *fake.Clientset) (n int) {
 
 func TestEnsureCreatesThenScalesAndWritesNothingWhenInLine(t *testing.T) {
 	c := fake.NewClientset()
-	a := New(c, tpl)
+	a := New(c, nil, tpl)
 	ctx := context.Background()
 	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "uid-1"}
 	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 2, MinAvailable: 1}, "30s"); err != nil {
@@ -61,7 +61,7 @@ func TestEnsureCreatesThenScalesAndWritesNothingWhenInLine(t *testing.T) {
 }
 
 func TestTheReplicaPodsSpreadOnFerryNodesAndBelongToTheVolume(t *testing.T) {
-	a := New(fake.NewClientset(), tpl)
+	a := New(fake.NewClientset(), nil, tpl)
 	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "uid-1"}
 	rs := a.ReplicaSet(owner, placement.Objects{Secondaries: 3}, "10s")
 	pod := rs.Spec.Template.Spec

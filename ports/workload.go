@@ -1,0 +1,27 @@
+package ports
+
+import (
+	"context"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+// ReplicaWorkload runs a replicated volume's volume managers (Kubernetes:
+// a ReplicaSet of replica pods and its PodDisruptionBudget, owned by the
+// volume's ReplicatedVolume, whose state must exist first).
+type ReplicaWorkload interface {
+	// Apply makes the volume's workload say o: how many secondaries run,
+	// how many a drain must leave. Idempotent; writes only what differs.
+	Apply(ctx context.Context, id volume.ID, o placement.Objects, snapshotInterval time.Duration) error
+	// StartReplica starts node's volume manager of volume id, pinned to
+	// node, unless one runs. A secondary's is counted by the workload
+	// (which adopts it); the active primary's is not (it leaves the
+	// ReplicaSet while active, seed 000).
+	StartReplica(ctx context.Context, id volume.ID, node replica.Node, snapshotInterval time.Duration, primary bool) error
+	// Segment is the topology segment (key, value) of the nodes where the
+	// volume may be used (placement labels, kept by each node's daemon).
+	Segment(id volume.ID) (key, value string)
+}
