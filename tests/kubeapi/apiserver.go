@@ -5,7 +5,7 @@
 // conflicts, the status subresource, schema pruning and validation)
 // without a cluster, kubelets or Ferry's pods reacting to what they write.
 //
-// Authorization is AlwaysAllow for anonymous requests on 127.0.0.1: the
+// Authorization is AlwaysAllow, for one static token on 127.0.0.1: the
 // server lives as long as the test and serves nobody else.
 package kubeapi
 
@@ -48,10 +48,13 @@ func BinDir() string {
 	return filepath.Join(home, ".cache", "ferry", "k8s-"+K8sVersion)
 }
 
+// testToken authenticates the tests' admin (Config carries it).
+const testToken = "ferry-kubeapi-test-token"
+
 // Server is a running etcd and API server.
 type Server struct {
-	// Config reaches the API server as an anonymous client allowed
-	// everything, without client-side rate limits.
+	// Config reaches the API server as an admin allowed everything,
+	// without client-side rate limits.
 	Config *rest.Config
 	dir    string
 	procs  []*proc
@@ -94,6 +97,12 @@ func New(dir string) (*Server, error) {
 	if err := writeRSAKey(saKey); err != nil {
 		return nil, err
 	}
+	// One static token for the tests' admin: anonymous requests are refused
+	// when authorization is AlwaysAllow.
+	token := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(token, []byte(testToken+",ferry-test-admin,ferry-test-admin,system:masters\n"), 0o600); err != nil {
+		return nil, err
+	}
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
@@ -115,14 +124,17 @@ func New(dir string) (*Server, error) {
 		"--service-account-key-file", saKey, "--service-account-signing-key-file", saKey,
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.0.0.0/24",
-		"--authorization-mode", "AlwaysAllow", "--anonymous-auth=true",
-		"--profiling=false", "--v=1"); err != nil {
+		"--authorization-mode", "AlwaysAllow", "--token-auth-file", token,
+		// No Service endpoints for a loopback address (and none are needed).
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true", "--profiling=false", "--v=1"); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	s.Config = &rest.Config{
 		Host:            "https://127.0.0.1:" + strconv.Itoa(ports[2]),
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		BearerToken:     testToken,
 		QPS:             -1, // no client-side throttling: the tests measure the server
 		Timeout:         30 * time.Second,
 	}

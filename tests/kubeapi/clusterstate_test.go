@@ -188,7 +188,7 @@ func TestThreeProcessesIncrementingOneCounterLoseNothing(t *testing.T) {
 	var outs []*strings.Builder
 	for i := range 2 {
 		cmd := exec.Command(self, "-test.run=^TestHelperIncrement$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "FERRY_HELPER_HOST="+cfg.Host, "FERRY_HELPER_N="+strconv.Itoa(each), fmt.Sprintf("FERRY_HELPER_ID=%d", i))
+		cmd.Env = append(os.Environ(), "FERRY_HELPER_HOST="+cfg.Host, "FERRY_HELPER_TOKEN="+cfg.BearerToken, "FERRY_HELPER_N="+strconv.Itoa(each), fmt.Sprintf("FERRY_HELPER_ID=%d", i))
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -221,7 +221,7 @@ func TestHelperIncrement(t *testing.T) {
 		return
 	}
 	n, _ := strconv.Atoi(os.Getenv("FERRY_HELPER_N"))
-	cfg := &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1, Timeout: 30 * time.Second}
+	cfg := &rest.Config{Host: host, BearerToken: os.Getenv("FERRY_HELPER_TOKEN"), TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1, Timeout: 30 * time.Second}
 	if err := increment(context.Background(), rvstate.New(dynamic.NewForConfigOrDie(cfg), nil), n); err != nil {
 		t.Fatal(err)
 	}
