@@ -12,6 +12,8 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/adapters/kube/workload"
+	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
@@ -78,6 +80,33 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 			return nil
 		},
 	})
+	return nil
+}
+
+// enableReplication lets the node's controller service replicate volumes
+// of factor 2 or more (--replica-template): ReplicatedVolumes, replica
+// pods from the template, ReplicaSets and budgets.
+func enableReplication(o *Options, ctrl *app.Controller) error {
+	if o.ReplicaTemplate == "" {
+		return nil
+	}
+	tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
+	if err != nil {
+		return err
+	}
+	cfg, err := kubeConfig(o.Kubeconfig, "controller")
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctrl.EnableReplication(rvstate.New(dyn, nil), workload.New(kube, dyn, tpl))
 	return nil
 }
 

@@ -132,16 +132,20 @@ func daemonApp(o *Options) fx.Option {
 			},
 			app.NewNode,
 			func() ports.MountTable { return mount.Table{} },
-			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) csiServices {
+			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					svc.controller = &csi.Controller{UC: app.NewController(cfg, s, mt, log), NodeExpansion: true}
+					ctrl := app.NewController(cfg, s, mt, log)
+					if err := enableReplication(o, ctrl); err != nil {
+						return csiServices{}, err
+					}
+					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
 				}
-				return svc
+				return svc, nil
 			},
 			csiServer,
 		),

@@ -50,6 +50,7 @@ type Options struct {
 	Namespace        string // Ferry's namespace: node leases
 	PeerAdvertise    string // daemon: the peer address other nodes dial
 	PlacementPeriod  time.Duration
+	ReplicaTemplate  string // daemon: the replica pods' template (YAML)
 	Tick             time.Duration
 	SnapshotInterval time.Duration
 	AllowedLag       uint64
@@ -96,6 +97,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
 	kubeFlags(fs, o)
 	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
+	fs.StringVar(&o.ReplicaTemplate, "replica-template", "", "with --serve-controller and --cluster-state kubernetes: the replica pods' template (YAML, deploy/replica-template.yaml); volumes of defaultReplicationFactor 2 or more are then replicated; empty: none are")
 	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
 	return o
 }
@@ -180,6 +182,9 @@ func (o *Options) validate(mode string) error {
 			if _, _, err := net.SplitHostPort(o.PeerAdvertise); err != nil {
 				errs = append(errs, fmt.Errorf("--peer-advertise must be host:port: %w", err))
 			}
+		}
+		if o.ReplicaTemplate != "" && (o.ClusterState != "kubernetes" || !o.ServeController) {
+			errs = append(errs, errors.New("--replica-template needs --cluster-state kubernetes and --serve-controller"))
 		}
 		if o.PlacementPeriod <= 0 {
 			errs = append(errs, errors.New("--placement-period must be positive"))

@@ -15,6 +15,15 @@ crds="${FERRY_SIDECAR_BIN:-$FERRY_CACHE/sidecars}/crds-v8.7.0"
 k apply --server-side -f "$crds" >/dev/null
 k wait --for=condition=Established --timeout=60s crd/volumesnapshots.snapshot.storage.k8s.io \
   crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshotclasses.snapshot.storage.k8s.io >/dev/null
+# Peer mutual TLS for the replicas (a throw-away CA, made once per cluster).
+k create namespace ferry-system --dry-run=client -o yaml | k apply -f - >/dev/null
+if ! k -n ferry-system get secret ferry-peer-tls >/dev/null 2>&1; then
+  (cd "$repo" && CGO_ENABLED=0 nice -n 15 go build -o "$TOOLS/peercert" ./tests/cluster/peercert)
+  rm -rf "$STATE/peer-tls"
+  "$TOOLS/peercert" -dir "$STATE/peer-tls"
+  k -n ferry-system create secret generic ferry-peer-tls --from-file="$STATE/peer-tls/ca.crt" \
+    --from-file="$STATE/peer-tls/tls.crt" --from-file="$STATE/peer-tls/tls.key" >/dev/null
+fi
 k apply -k "$repo/tests/cluster/overlay" >/dev/null
 # A rebuilt ferry:dev has the same tag: restart the pods to run it.
 k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller >/dev/null

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"slices"
 	"testing"
 
@@ -160,4 +161,19 @@ func container(w workload, name string) (corev1.Container, bool) {
 		}
 	}
 	return corev1.Container{}, false
+}
+
+// hasNodeLabelPolicy: the manifests hold the ValidatingAdmissionPolicy
+// ferry-node-labels and a binding of it that denies.
+func (m *manifests) hasNodeLabelPolicy() bool {
+	policy, bound := false, false
+	for _, o := range m.objects {
+		switch v := o.obj.(type) {
+		case *admissionv1.ValidatingAdmissionPolicy:
+			policy = policy || v.Name == "ferry-node-labels"
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			bound = bound || (v.Spec.PolicyName == "ferry-node-labels" && slices.Contains(v.Spec.ValidationActions, admissionv1.Deny))
+		}
+	}
+	return policy && bound
 }

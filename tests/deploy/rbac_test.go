@@ -109,13 +109,19 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			return ""
 		})},
-		{"no rule creates, updates, patches or deletes nodes or nodes/status", all, everyRule(func(pr rbacv1.PolicyRule) string {
+		{"nodes are only patched, and only under the placement-label admission policy", all, everyRule(func(pr rbacv1.PolicyRule) string {
 			nodes := matching(pr.Resources, func(r string) bool { return r == "nodes" || r == "nodes/status" })
 			writes := matching(pr.Verbs, func(v string) bool {
 				return slices.Contains([]string{"create", "update", "patch", "delete", "deletecollection"}, v)
 			})
-			if len(nodes) > 0 && len(writes) > 0 {
-				return fmt.Sprintf("grants %q on %q; nodes must stay read-only (get, list, watch)", writes, nodes)
+			if len(nodes) == 0 || len(writes) == 0 {
+				return ""
+			}
+			if slices.Contains(nodes, "nodes/status") || !slices.Equal(writes, []string{"patch"}) {
+				return fmt.Sprintf("grants %q on %q; nodes may only be patched (placement labels), never their status", writes, nodes)
+			}
+			if !m.hasNodeLabelPolicy() {
+				return "grants patch on nodes without the ValidatingAdmissionPolicy ferry-node-labels (and its Deny binding) that narrows it to Ferry's placement labels"
 			}
 			return ""
 		})},
@@ -127,7 +133,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		}},
 		{"the node service account writes only what its sidecars must", nodeRoles, everyRule(func(pr rbacv1.PolicyRule) string {
 			// What external-provisioner and csi-snapshotter (--node-deployment)
-			// and csi-resizer write; ferry daemon itself only reads.
+			// and csi-resizer write, and what ferry daemon writes: placement
+			// labels, its node's Lease, and the objects of the replicated
+			// volumes it creates.
 			allowed := map[string][]string{
 				"events":                        {"create", "update", "patch"},
 				"persistentvolumes":             {"create", "patch", "delete"},
@@ -136,6 +144,12 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				"volumesnapshotcontents":        {"update", "patch"},
 				"volumesnapshotcontents/status": {"update", "patch"},
 				"leases":                        {"create", "update", "patch"},
+				"nodes":                         {"patch"},
+				"replicatedvolumes":             {"create", "delete"},
+				"replicatedvolumes/status":      {"update"},
+				"replicasets":                   {"create", "patch"},
+				"poddisruptionbudgets":          {"create", "patch"},
+				"pods":                          {"create"},
 			}
 			var bad []string
 			for _, r := range pr.Resources {
@@ -146,11 +160,39 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				}
 			}
 			if len(bad) > 0 || (len(pr.NonResourceURLs) > 0 && len(matching(pr.Verbs, isWrite)) > 0) {
-				return fmt.Sprintf("grants %q; the node pod writes only events, the PVs and claims it provisions or resizes, snapshot contents and the resizer's lease", bad)
+				return fmt.Sprintf("grants %q; the node pod writes only events, the PVs and claims it provisions or resizes, snapshot contents, leases, its placement labels and its replicated volumes' objects", bad)
 			}
 			return ""
 		})},
 	}
+	cases = append(cases, struct {
+		name  string
+		roles func(*testing.T) []role
+		check func(role) []string
+	}{"the replica service account writes only its volume's status and events", func(t *testing.T) []role {
+		rs, errs := m.rolesOf("ferry-system", "ferry-replica")
+		for _, err := range errs {
+			t.Error(err)
+		}
+		if len(rs) == 0 {
+			t.Fatal("no role is bound to ServiceAccount ferry-system/ferry-replica (the replica pods')")
+		}
+		return rs
+	}, everyRule(func(pr rbacv1.PolicyRule) string {
+		allowed := map[string][]string{"replicatedvolumes/status": {"update"}, "events": {"create", "patch"}}
+		var bad []string
+		for _, r := range pr.Resources {
+			for _, v := range matching(pr.Verbs, isWrite) {
+				if !slices.Contains(allowed[r], v) {
+					bad = append(bad, v+" "+r)
+				}
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Sprintf("grants %q; a replica pod writes only its volume's status and events", bad)
+		}
+		return ""
+	})})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, r := range c.roles(t) {
