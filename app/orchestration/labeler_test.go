@@ -48,6 +48,8 @@ func TestTheLabelerPlacesReadyCopiesOnlyAndLeavesUnreadableOnesAlone(t *testing.
 	}
 	// On node "a":
 	mk("ready", &replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "b", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 4, SnapshotEpoch: 1, Ready: true}, {Node: "b", Snapshot: 4, SnapshotEpoch: 1, Ready: true}}})
+	mk("written-elsewhere", &replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "b", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 4, SnapshotEpoch: 1, Ready: true}, {Node: "b", Snapshot: 4, SnapshotEpoch: 1, Ready: true, Active: true}}})
 	mk("primary", &replica.State{ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 4, SnapshotEpoch: 1, Active: true}}})

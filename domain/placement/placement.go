@@ -31,8 +31,9 @@ type Objects struct {
 	// secondary is never evicted; the drain waits and says so).
 	MinAvailable int
 	// UsableOn are the nodes to label usable (the volume's topology
-	// segment): the active primary's node and every ready replica's,
-	// sorted. A pod using the volume is scheduled only there.
+	// segment): the active primary's node alone while one is active, else
+	// every ready replica's, sorted. A pod using the volume is scheduled
+	// only there.
 	UsableOn []replica.Node
 }
 
@@ -61,17 +62,21 @@ func Desired(s replica.State, deleting bool) Objects {
 	return o
 }
 
-// UsableOn is the set of nodes where the volume may be used now: the
-// active primary's, and every replica marked Ready (within the allowed lag
-// of the newest snapshot, same epoch). A replica that is catching up, has
-// diverged or holds nothing yet is not usable: a pod scheduled there would
-// wait for it, or start on stale data. Ready is what each replica's
-// volume manager reported (replica.IsReady); in a new volume, where no
-// snapshot exists yet, a replica that joined is ready at once.
+// UsableOn is the set of nodes where the volume may be used now, sorted.
+// While a primary is active (mounted read/write), only its node: it is
+// the one writer, and a pod scheduled anywhere else would write a copy
+// that its volume manager must roll back. Otherwise every replica marked
+// Ready (within the allowed lag of the newest snapshot, same epoch): a
+// replica that is catching up, has diverged or holds nothing yet is not
+// usable, since a pod there would wait for it or start on stale data.
+// Ready is what each replica's volume manager reported (replica.IsReady).
 func UsableOn(s replica.State) []replica.Node {
 	var nodes []replica.Node
 	for _, r := range s.Replicas {
-		if r.Active || r.Ready {
+		if r.Active {
+			return []replica.Node{r.Node}
+		}
+		if r.Ready {
 			nodes = append(nodes, r.Node)
 		}
 	}
