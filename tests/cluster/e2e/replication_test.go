@@ -1,0 +1,131 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rvStatus is what the tests read of a ReplicatedVolume.
+type rvStatus struct {
+	Spec struct {
+		ReplicationFactor int `json:"replicationFactor"`
+	} `json:"spec"`
+	Status struct {
+		Phase         string `json:"phase"`
+		ReadyReplicas int    `json:"readyReplicas"`
+		Primary       string `json:"primary"`
+		Newest        string `json:"newest"`
+		Replicas      []struct {
+			Node     string `json:"node"`
+			Snapshot int64  `json:"snapshot"`
+			Epoch    int64  `json:"snapshotEpoch"`
+			Active   bool   `json:"active"`
+			Ready    bool   `json:"ready"`
+		} `json:"replicas"`
+	} `json:"status"`
+}
+
+func getRV(t *testing.T, vol string) (rvStatus, error) {
+	var rv rvStatus
+	out, err := kubectl(t, "", "get", "rv", vol, "-o", "json")
+	if err != nil {
+		return rv, err
+	}
+	return rv, json.Unmarshal([]byte(out), &rv)
+}
+
+// hostChecksum reads a file of node's copy of the volume where zfs-fuse
+// mounts it on the host.
+func hostChecksum(t *testing.T, node, vol, file string) string {
+	out, err := exec.Command("sh", "-c", fmt.Sprintf("sha256sum $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/%s", node, vol, file)).CombinedOutput()
+	if err != nil {
+		return "unreadable: " + strings.TrimSpace(string(out))
+	}
+	return strings.Fields(string(out))[0]
+}
+
+func TestAReplicatedClaimGetsASecondCopyWithTheSameDataAndLeavesNothingWhenDeleted(t *testing.T) {
+	ns := namespace(t)
+	must(t, strings.Replace(pvcYAML("data", "64Mi", ""), "storageClassName: ferry", "storageClassName: ferry-rf2", 1), "-n", ns, "apply", "-f", "-")
+	node := runPod(t, ns, "writer", "data", "")
+	vol := volumeOf(t, ns, "data")
+	name := "ferry-" + vol
+
+	// The resource, the ReplicaSet of the one secondary and its budget.
+	rv, err := getRV(t, vol)
+	if err != nil {
+		t.Fatalf("no ReplicatedVolume for %s: %v", vol, err)
+	}
+	if rv.Spec.ReplicationFactor != 2 || rv.Status.Primary != node {
+		t.Fatalf("ReplicatedVolume %s: factor %d, primary %q; want 2 and %s", vol, rv.Spec.ReplicationFactor, rv.Status.Primary, node)
+	}
+	if got := must(t, "", "-n", "ferry-system", "get", "replicaset", name, "-o", "jsonpath={.spec.replicas}"); got != "1" {
+		t.Fatalf("ReplicaSet %s has %s replicas, want 1 (the active primary is outside it)", name, got)
+	}
+	if got := must(t, "", "-n", "ferry-system", "get", "pdb", name, "-o", "jsonpath={.spec.minAvailable}"); got != "0" {
+		t.Fatalf("PodDisruptionBudget %s: minAvailable %s, want 0", name, got)
+	}
+
+	sum := writeRandom(t, ns, "writer", "blob", 2048)
+	// A snapshot newer than the primary's now was taken after the write.
+	var after int64
+	eventually(t, "the primary reports a snapshot", 60*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		for _, r := range rv.Status.Replicas {
+			if r.Node == node && r.Snapshot > 0 {
+				after = r.Snapshot
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+	})
+	var second string
+	start := time.Now()
+	eventually(t, "a second node holds a snapshot taken after the write, ready", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		for _, r := range rv.Status.Replicas {
+			if r.Node != node && r.Snapshot > after && r.Ready {
+				second = r.Node
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+	})
+	t.Logf("second copy on %s after %s (primary on %s)", second, time.Since(start).Round(time.Second), node)
+	eventually(t, "the second copy's data equals what the pod wrote", 60*time.Second, func() (bool, string) {
+		got := hostChecksum(t, second, vol, "blob")
+		return got == sum, got
+	})
+	// While the primary is active only its node carries the placement label.
+	label := "replica.ferry.zfs.csi.io/" + vol
+	eventually(t, "the primary's node is labelled usable", 60*time.Second, func() (bool, string) {
+		out := must(t, "", "get", "nodes", "-l", label+"=ready", "-o", "jsonpath={.items[*].metadata.name}")
+		return strings.TrimSpace(out) == node, out
+	})
+	out := must(t, "", "get", "rv", vol)
+	t.Logf("kubectl get rv:\n%s", out)
+	for _, col := range []string{"RF", "READY", "PRIMARY", "NEWEST", "MAX LAG", "PHASE", "AGE"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get rv has no column %s", col)
+		}
+	}
+
+	deletePod(t, ns, "writer")
+	must(t, "", "-n", ns, "delete", "pvc", "data", "--wait=true", "--timeout=60s")
+	eventually(t, "the volume, its objects and both copies are gone", 180*time.Second, func() (bool, string) {
+		_, pvErr := kubectl(t, "", "get", "pv", vol)
+		_, rvErr := kubectl(t, "", "get", "rv", vol)
+		_, rsErr := kubectl(t, "", "-n", "ferry-system", "get", "replicaset", name)
+		pods := must(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume", "-o", "jsonpath={.items[*].metadata.name}")
+		d1, d2 := datasetExists(t, node, vol), datasetExists(t, second, vol)
+		labelled := strings.TrimSpace(must(t, "", "get", "nodes", "-l", label, "-o", "name"))
+		ok := pvErr != nil && rvErr != nil && rsErr != nil && strings.TrimSpace(pods) == "" && !d1 && !d2 && labelled == ""
+		return ok, fmt.Sprintf("pv %v, rv %v, rs %v, replica pods %q, datasets %v %v, labelled %q", pvErr == nil, rvErr == nil, rsErr == nil, pods, d1, d2, labelled)
+	})
+}
