@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -122,7 +124,8 @@ func TestAReplicatedClaimGetsASecondCopyWithTheSameDataAndLeavesNothingWhenDelet
 		_, pvErr := kubectl(t, "", "get", "pv", vol)
 		_, rvErr := kubectl(t, "", "get", "rv", vol)
 		_, rsErr := kubectl(t, "", "-n", "ferry-system", "get", "replicaset", name)
-		pods := must(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume", "-o", "jsonpath={.items[*].metadata.name}")
+		sum := sha256.Sum256([]byte(vol))
+		pods := must(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume="+hex.EncodeToString(sum[:20]), "-o", "jsonpath={.items[*].metadata.name}")
 		d1, d2 := datasetExists(t, node, vol), datasetExists(t, second, vol)
 		labelled := strings.TrimSpace(must(t, "", "get", "nodes", "-l", label, "-o", "name"))
 		ok := pvErr != nil && rvErr != nil && rsErr != nil && strings.TrimSpace(pods) == "" && !d1 && !d2 && labelled == ""
