@@ -21,7 +21,24 @@ type ReplicaWorkload interface {
 	// (which adopts it); the active primary's is not (it leaves the
 	// ReplicaSet while active, seed 000).
 	StartReplica(ctx context.Context, id volume.ID, node replica.Node, snapshotInterval time.Duration, primary bool) error
+	// Status reports the volume's workload as it is; ErrNotFound when the
+	// volume has none.
+	Status(ctx context.Context, id volume.ID, node replica.Node) (WorkloadStatus, error)
+	// Scale sets how many secondaries run (before an adoption: a workload
+	// deletes a surplus pod at once).
+	Scale(ctx context.Context, id volume.ID, secondaries int) error
 	// Segment is the topology segment (key, value) of the nodes where the
 	// volume may be used (placement labels, kept by each node's daemon).
 	Segment(id volume.ID) (key, value string)
+}
+
+// WorkloadStatus is a volume's workload as the cluster shows it.
+type WorkloadStatus struct {
+	// Secondaries is the wanted number of secondaries (ReplicaSet
+	// replicas); Running how many of its pods exist and are not being
+	// deleted.
+	Secondaries, Running int
+	// OnNode says whether the node asked about has a pod of the volume
+	// (secondary or primary) that is not being deleted.
+	OnNode bool
 }

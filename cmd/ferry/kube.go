@@ -20,8 +20,10 @@ import (
 )
 
 // daemonKube runs the daemon's Kubernetes duties when --cluster-state is
-// kubernetes: the node's Lease with its peer address (--peer-advertise),
-// and the node's placement labels, checked every --placement-period.
+// kubernetes: the node's Lease with its peer address (--peer-advertise);
+// every --placement-period, a volume manager for each listed local copy
+// and the size of the workloads of volumes whose primary is here (with
+// --replica-template), then the node's placement labels.
 func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
@@ -39,7 +41,16 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		return err
 	}
 	node := replica.Node(o.NodeID)
-	labeler := orchestration.NewLabeler(node, store, rvstate.New(dyn, nil), nodelabels.New(kube), log.Named("placement"))
+	states := rvstate.New(dyn, nil)
+	labeler := orchestration.NewLabeler(node, store, states, nodelabels.New(kube), log.Named("placement"))
+	var adopter *orchestration.Adopter
+	if o.ReplicaTemplate != "" {
+		tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
+		if err != nil {
+			return err
+		}
+		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), log.Named("adopt"))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	lc.Append(fx.Hook{
@@ -59,6 +70,11 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 				t := time.NewTicker(o.PlacementPeriod)
 				defer t.Stop()
 				for {
+					if adopter != nil {
+						if _, err := adopter.Sync(ctx); err != nil && ctx.Err() == nil {
+							log.Warn("local copies not all running", zap.Error(err))
+						}
+					}
 					if usable, err := labeler.Sync(ctx); err != nil && ctx.Err() == nil {
 						log.Warn("placement labels not updated", zap.Error(err))
 					} else if err == nil {

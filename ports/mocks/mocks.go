@@ -723,6 +723,20 @@ func (mr *MockReplicaWorkloadMockRecorder) Apply(ctx, id, o, snapshotInterval an
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Apply", reflect.TypeOf((*MockReplicaWorkload)(nil).Apply), ctx, id, o, snapshotInterval)
 }
 
+// Scale mocks base method.
+func (m *MockReplicaWorkload) Scale(ctx context.Context, id volume.ID, secondaries int) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "Scale", ctx, id, secondaries)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// Scale indicates an expected call of Scale.
+func (mr *MockReplicaWorkloadMockRecorder) Scale(ctx, id, secondaries any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Scale", reflect.TypeOf((*MockReplicaWorkload)(nil).Scale), ctx, id, secondaries)
+}
+
 // Segment mocks base method.
 func (m *MockReplicaWorkload) Segment(id volume.ID) (string, string) {
 	m.ctrl.T.Helper()
@@ -750,4 +764,19 @@ func (m *MockReplicaWorkload) StartReplica(ctx context.Context, id volume.ID, no
 func (mr *MockReplicaWorkloadMockRecorder) StartReplica(ctx, id, node, snapshotInterval, primary any) *gomock.Call {
 	mr.mock.ctrl.T.Helper()
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "StartReplica", reflect.TypeOf((*MockReplicaWorkload)(nil).StartReplica), ctx, id, node, snapshotInterval, primary)
+}
+
+// Status mocks base method.
+func (m *MockReplicaWorkload) Status(ctx context.Context, id volume.ID, node replica.Node) (ports.WorkloadStatus, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "Status", ctx, id, node)
+	ret0, _ := ret[0].(ports.WorkloadStatus)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// Status indicates an expected call of Status.
+func (mr *MockReplicaWorkloadMockRecorder) Status(ctx, id, node any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Status", reflect.TypeOf((*MockReplicaWorkload)(nil).Status), ctx, id, node)
 }

@@ -168,14 +168,19 @@ func (a *Applier) StartReplica(ctx context.Context, id volume.ID, node replica.N
 	if err != nil {
 		return err
 	}
-	rs := a.ReplicaSet(owner, placement.Objects{}, interval(snapshotInterval))
+	tpl := a.ReplicaSet(owner, placement.Objects{}, interval(snapshotInterval)).Spec.Template
+	if cur, err := a.client.AppsV1().ReplicaSets(a.tpl.Namespace).Get(ctx, Name(id), metav1.GetOptions{}); err == nil {
+		// The ReplicaSet's own template (its snapshot interval included):
+		// an adopted pod must look like its siblings.
+		tpl = cur.Spec.Template
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(id, node), Namespace: a.tpl.Namespace,
-			Labels: rs.Spec.Template.Labels, Annotations: rs.Spec.Template.Annotations,
+			Labels: tpl.Labels, Annotations: tpl.Annotations,
 			// Not a controller reference: the ReplicaSet may still adopt it;
 			// the garbage collector removes it with the ReplicatedVolume.
 			OwnerReferences: ownerRef(owner)},
-		Spec: rs.Spec.Template.Spec,
+		Spec: *tpl.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = string(node)
 	if primary {
@@ -308,4 +313,44 @@ func (a *Applier) Budget(owner Owner, o placement.Objects) *policyv1.PodDisrupti
 			Selector:     &metav1.LabelSelector{MatchLabels: Selector(owner.Volume)},
 		},
 	}
+}
+
+// Status implements ports.ReplicaWorkload.
+func (a *Applier) Status(ctx context.Context, id volume.ID, node replica.Node) (ports.WorkloadStatus, error) {
+	rs, err := a.client.AppsV1().ReplicaSets(a.tpl.Namespace).Get(ctx, Name(id), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ports.WorkloadStatus{}, fmt.Errorf("workload of volume %s: %w", id, ports.ErrNotFound)
+	}
+	if err != nil {
+		return ports.WorkloadStatus{}, fmt.Errorf("workload of volume %s: %w", id, err)
+	}
+	var st ports.WorkloadStatus
+	if rs.Spec.Replicas != nil {
+		st.Secondaries = int(*rs.Spec.Replicas)
+	}
+	pods, err := a.client.CoreV1().Pods(a.tpl.Namespace).List(ctx, metav1.ListOptions{LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(id)})
+	if err != nil {
+		return ports.WorkloadStatus{}, fmt.Errorf("replica pods of volume %s: %w", id, err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Labels[labelComponent] == ComponentReplica {
+			st.Running++
+		}
+		if p.Spec.NodeName == string(node) {
+			st.OnNode = true
+		}
+	}
+	return st, nil
+}
+
+// Scale implements ports.ReplicaWorkload.
+func (a *Applier) Scale(ctx context.Context, id volume.ID, secondaries int) error {
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, secondaries)
+	if _, err := a.client.AppsV1().ReplicaSets(a.tpl.Namespace).Patch(ctx, Name(id), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+		return fmt.Errorf("scale the workload of volume %s to %d: %w", id, secondaries, err)
+	}
+	return nil
 }
