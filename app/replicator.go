@@ -123,8 +123,23 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer t.Stop()
 	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval),
 		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate))
+	// After a settle in which an action failed, the next settles wait
+	// 1, 3, 7, ... up to MaxBackoffTicks ticks: a peer that is down or a
+	// pool that is full must not cost the API server a write or two per
+	// tick and volume. A request (snapshot now, release) ends the wait.
+	skip, failed, urgent := 0, 0, false
 	for {
-		r.settle(ctx)
+		if skip == 0 || urgent {
+			if r.settle(ctx) {
+				failed++
+				skip = min(1<<min(failed, 16), MaxBackoffTicks) - 1
+			} else {
+				failed, skip = 0, 0
+			}
+		} else {
+			skip--
+		}
+		urgent = false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -133,12 +148,17 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 		if r.snapshotNow.Swap(false) {
 			_ = r.m.Step(replica.SnapshotNow{})
+			urgent = true
 		}
 		if r.release.Swap(false) {
 			_ = r.m.Step(replica.Release{})
+			urgent = true
 		}
 	}
 }
+
+// MaxBackoffTicks bounds the wait after failed actions (see Run).
+const MaxBackoffTicks = 64
 
 // SnapshotNow asks the primary for a snapshot at its next decision. It is
 // safe to call from any goroutine: the machine is only ever stepped by
@@ -150,16 +170,17 @@ func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true) }
 // reports Released once done. Safe from any goroutine.
 func (r *Replicator) Release() { r.release.Store(true) }
 
-// settle observes and acts until the machine has nothing more to do now.
-func (r *Replicator) settle(ctx context.Context) {
+// settle observes and acts until the machine has nothing more to do now;
+// it reports whether an action failed.
+func (r *Replicator) settle(ctx context.Context) (failed bool) {
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
 		if err := r.observe(ctx); err != nil {
 			r.log.Info("waiting for the volume's state", zap.Error(err))
-			return
+			return failed
 		}
 		a, ok := r.m.Next()
 		if !ok {
-			return
+			return failed
 		}
 		err := r.exec(ctx, a)
 		r.mu.Lock()
@@ -171,10 +192,12 @@ func (r *Replicator) settle(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		if err != nil {
+			failed = true
 			r.log.Warn("action failed; retrying on a later tick", zap.String("action", fmt.Sprintf("%T", a)), zap.Error(err))
 		}
 		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
 	}
+	return failed
 }
 
 // progressMade: actions whose success clears the last error (a report or a

@@ -586,3 +586,26 @@ func TestAReceiversTransfersArePacedByItsMaxTransferRate(t *testing.T) {
 		t.Errorf("b's transfers waited %s for the rate in all, want at least %s", clock.total(), want)
 	}
 }
+
+// A peer whose streams always fail must not cost a write or two per tick:
+// the fetch target is recorded and forgotten once per attempt, and the
+// attempts back off (1, 3, 7, ... ticks, up to MaxBackoffTicks).
+func TestFailingTransfersBackOff(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.write("a", "some data")
+	c.start("a")
+	c.eventually("a snapshotted", func() bool { return c.newestStored("a") > 0 })
+	c.net.BreakStreams("a", 0)
+	c.recordWrites()
+	c.startWith("b", func(cfg *app.ReplicatorConfig) { cfg.Tick = time.Millisecond })
+	start := time.Now()
+	for time.Since(start) < 400*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.stop("b")
+	// 400 ticks of 1 ms: without back-off about 800 writes; with it about
+	// 10 attempts (1+2+4+...+64 ticks) of two writes each.
+	if n := len(c.writes()); n > 40 {
+		t.Fatalf("%d shared-state writes in %s of failing transfers, want at most 40 (back-off)", n, time.Since(start).Round(time.Millisecond))
+	}
+}
