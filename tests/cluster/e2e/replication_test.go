@@ -52,7 +52,7 @@ func hostChecksum(t *testing.T, node, vol, file string) string {
 	return strings.Fields(string(out))[0]
 }
 
-func TestAReplicatedClaimGetsASecondCopyWithTheSameDataAndLeavesNothingWhenDeleted(t *testing.T) {
+func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(t *testing.T) {
 	ns := namespace(t)
 	must(t, strings.Replace(pvcYAML("data", "64Mi", ""), "storageClassName: ferry", "storageClassName: ferry-rf2", 1), "-n", ns, "apply", "-f", "-")
 	node := runPod(t, ns, "writer", "data", "")
@@ -116,6 +116,52 @@ func TestAReplicatedClaimGetsASecondCopyWithTheSameDataAndLeavesNothingWhenDelet
 		if !strings.Contains(out, col) {
 			t.Errorf("kubectl get rv has no column %s", col)
 		}
+	}
+
+	// Scaling by editing the resource: a third copy catches up; back to
+	// two, one secondary leaves and destroys its copy (the safe-deletion
+	// rule allows it: two others hold the newest snapshot).
+	must(t, "", "patch", "rv", vol, "--type", "merge", "-p", `{"spec":{"replicationFactor":3}}`)
+	var third string
+	eventually(t, "a third node holds a ready copy", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		for _, r := range rv.Status.Replicas {
+			if r.Node != node && r.Node != second && r.Ready && r.Snapshot > after {
+				third = r.Node
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+	})
+	if got := hostChecksum(t, third, vol, "blob"); got != sum {
+		t.Fatalf("the third copy on %s reads %s, the pod wrote %s", third, got, sum)
+	}
+	must(t, "", "patch", "rv", vol, "--type", "merge", "-p", `{"spec":{"replicationFactor":2}}`)
+	eventually(t, "one secondary left and destroyed its copy", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil || len(rv.Status.Replicas) != 2 {
+			return false, fmt.Sprintf("%+v %v", rv.Status, err)
+		}
+		left := second
+		for _, r := range rv.Status.Replicas {
+			if r.Node == second {
+				left = third
+			}
+		}
+		return !datasetExists(t, left, vol), fmt.Sprintf("%+v; %s still holds a copy", rv.Status, left)
+	})
+	rv, err = getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second = ""
+	for _, r := range rv.Status.Replicas {
+		if r.Node != node {
+			second = r.Node
+		}
+	}
+	if rv.Status.Primary != node || second == "" {
+		t.Fatalf("after scaling down: %+v", rv.Status)
 	}
 
 	deletePod(t, ns, "writer")
