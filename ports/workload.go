@@ -39,6 +39,7 @@ type WorkloadStatus struct {
 	// deleted.
 	Secondaries, Running int
 	// OnNode says whether the node asked about has a pod of the volume
-	// (secondary or primary) that is not being deleted.
+	// (secondary or primary), even one being deleted: its volume manager
+	// may be leaving the volume, and a new one must not undo that.
 	OnNode bool
 }

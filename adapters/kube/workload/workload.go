@@ -333,14 +333,13 @@ func (a *Applier) Status(ctx context.Context, id volume.ID, node replica.Node) (
 		return ports.WorkloadStatus{}, fmt.Errorf("replica pods of volume %s: %w", id, err)
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		if p.Labels[labelComponent] == ComponentReplica {
-			st.Running++
-		}
 		if p.Spec.NodeName == string(node) {
+			// A terminating pod counts: its volume manager may be leaving
+			// the volume right now, and a new pod must not undo that.
 			st.OnNode = true
+		}
+		if p.DeletionTimestamp == nil && p.Labels[labelComponent] == ComponentReplica {
+			st.Running++
 		}
 	}
 	return st, nil
