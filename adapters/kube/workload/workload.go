@@ -275,7 +275,6 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 							LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{rvapi.LabelVolume: rvapi.Hash(owner.Volume)}},
 							TopologyKey:   "kubernetes.io/hostname"}}},
 					},
-					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name:            "volume-manager",
 						Image:           a.tpl.Image,
