@@ -51,6 +51,10 @@ type Replicator struct {
 
 	snapshotNow atomic.Bool // set by SnapshotNow, consumed by Run's goroutine
 	release     atomic.Bool // set by Release, consumed by Run's goroutine
+	// terminating is set by Terminate (after Run returned): a state that
+	// no longer exists then means the volume is gone, and the leave
+	// proceeds instead of waiting for a state.
+	terminating bool
 
 	mu       sync.Mutex
 	status   Status
@@ -174,7 +178,7 @@ func (r *Replicator) Release() { r.release.Store(true) }
 // it reports whether an action failed.
 func (r *Replicator) settle(ctx context.Context) (failed bool) {
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
-		if err := r.observe(ctx); err != nil {
+		if err := r.observe(ctx); err != nil && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
 			r.log.Info("waiting for the volume's state", zap.Error(err))
 			return failed
 		}

@@ -361,8 +361,12 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 
 // Terminate runs the safe-deletion protocol (SIGTERM): it returns nil once
 // the local copy is destroyed, or ErrUnsafe (wrapped) when the rule keeps
-// it; the copy is then left in place for the next volume manager.
+// it; the copy is then left in place for the next volume manager. A
+// volume whose shared state no longer exists is gone (its replica pods
+// are terminated because their ReplicatedVolume was deleted): the copy is
+// destroyed. Call it after Run returned, from the same goroutine's view.
 func (r *Replicator) Terminate(ctx context.Context, volumeGone bool) error {
+	r.terminating = true
 	_ = r.m.Step(replica.Terminate{VolumeGone: volumeGone})
 	for attempt := 0; attempt < 3; attempt++ {
 		r.settle(ctx)

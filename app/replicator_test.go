@@ -609,3 +609,26 @@ func TestFailingTransfersBackOff(t *testing.T) {
 		t.Fatalf("%d shared-state writes in %s of failing transfers, want at most 40 (back-off)", n, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// A volume deleted while its replicas run (Kubernetes: the
+// ReplicatedVolume deleted, its pods terminated by the garbage collector):
+// on termination each replica finds the state gone and destroys its copy
+// instead of waiting for a state that will never come back.
+func TestAReplicaWhoseVolumeWasDeletedDestroysItsCopyOnTermination(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.write("a", "some data")
+	c.start("a")
+	c.start("b")
+	c.eventually("b holds a's data", func() bool { return c.holds("b", "some data") })
+	if err := c.state.Delete(ctx, volID); err != nil {
+		t.Fatal(err)
+	}
+	r := c.reps["b"]
+	c.stop("b")
+	if err := r.Terminate(ctx, false); err != nil {
+		t.Fatalf("Terminate after the volume's deletion: %v", err)
+	}
+	if _, err := c.stores["b"].GetVolume(ctx, volID); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("b's copy outlived its volume: %v", err)
+	}
+}
