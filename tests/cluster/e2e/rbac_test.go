@@ -1,0 +1,72 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// The table of what each of Ferry's ServiceAccounts may and may not do,
+// asked of the real API server (kubectl auth can-i --as): what each needs,
+// nothing more. The node writes below are narrowed further by the
+// admission policy (tests/kubeapi checks it case by case).
+func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
+	type ask struct {
+		verb, resource, ns string
+		want               bool
+	}
+	table := map[string][]ask{
+		"ferry-node": {
+			{"create", "persistentvolumes", "", true},
+			{"patch", "nodes", "", true},
+			{"create", "replicatedvolumes.ferry.zfs.csi.io", "", true},
+			{"update", "replicatedvolumes.ferry.zfs.csi.io/status", "", true},
+			{"create", "replicasets.apps", "ferry-system", true},
+			{"create", "poddisruptionbudgets.policy", "ferry-system", true},
+			{"create", "pods", "ferry-system", true},
+			{"update", "leases.coordination.k8s.io", "ferry-system", true},
+			{"get", "secrets", "ferry-system", false},
+			{"list", "secrets", "", false},
+			{"delete", "nodes", "", false},
+			{"update", "nodes/status", "", false},
+			{"delete", "pods", "ferry-system", false},
+			{"delete", "replicasets.apps", "ferry-system", false},
+			{"update", "leases.coordination.k8s.io", "kube-system", false},
+			{"create", "pods", "default", false},
+			{"create", "replicasets.apps", "default", false},
+			{"escalate", "clusterroles.rbac.authorization.k8s.io", "", false},
+			{"impersonate", "serviceaccounts", "", false},
+		},
+		"ferry-replica": {
+			{"get", "replicatedvolumes.ferry.zfs.csi.io", "", true},
+			{"update", "replicatedvolumes.ferry.zfs.csi.io/status", "", true},
+			{"get", "leases.coordination.k8s.io", "ferry-system", true},
+			{"create", "events", "ferry-system", true},
+			{"update", "replicatedvolumes.ferry.zfs.csi.io", "", false},
+			{"delete", "replicatedvolumes.ferry.zfs.csi.io", "", false},
+			{"update", "leases.coordination.k8s.io", "ferry-system", false},
+			{"get", "secrets", "ferry-system", false},
+			{"create", "pods", "ferry-system", false},
+			{"patch", "nodes", "", false},
+			{"create", "persistentvolumes", "", false},
+		},
+	}
+	var rows []string
+	for sa, asks := range table {
+		for _, a := range asks {
+			args := []string{"auth", "can-i", a.verb, a.resource, "--as", "system:serviceaccount:ferry-system:" + sa}
+			if a.ns != "" {
+				args = append(args, "-n", a.ns)
+			}
+			out, _ := kubectl(t, "", args...) // exit 1 means "no"
+			got := strings.TrimSpace(out) == "yes"
+			rows = append(rows, fmt.Sprintf("%-14s %-10s %-45s %-13s %v", sa, a.verb, a.resource, a.ns, got))
+			if got != a.want {
+				t.Errorf("%s may %s %s (namespace %q): %v, want %v", sa, a.verb, a.resource, a.ns, got, a.want)
+			}
+		}
+	}
+	t.Logf("kubectl auth can-i:\n%s", strings.Join(rows, "\n"))
+}
