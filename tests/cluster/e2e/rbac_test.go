@@ -56,7 +56,11 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 	var rows []string
 	for sa, asks := range table {
 		for _, a := range asks {
-			args := []string{"auth", "can-i", a.verb, a.resource, "--as", "system:serviceaccount:ferry-system:" + sa}
+			res, sub, _ := strings.Cut(a.resource, "/")
+			args := []string{"auth", "can-i", a.verb, res, "--as", "system:serviceaccount:ferry-system:" + sa}
+			if sub != "" {
+				args = append(args, "--subresource", sub)
+			}
 			if a.ns != "" {
 				args = append(args, "-n", a.ns)
 			}
