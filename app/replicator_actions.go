@@ -331,7 +331,11 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		return err
 	})
 	if errors.Is(err, ports.ErrNotFound) {
-		verdict, err = replica.DeletionVerdict{Allowed: true, Reason: "the volume's state is gone"}, nil
+		// The volume was deleted: replica.CanDestroyOrphan.
+		verdict, err = replica.CanDestroyOrphan(a.Holds), nil
+		if !verdict.Allowed {
+			err = fmt.Errorf("%s: %w", verdict.Reason, replica.ErrUnsafe)
+		}
 	}
 	if err != nil {
 		r.log.Warn("keeping the local copy", zap.String("reason", verdict.Reason), zap.Error(err))

@@ -632,3 +632,24 @@ func TestAReplicaWhoseVolumeWasDeletedDestroysItsCopyOnTermination(t *testing.T)
 		t.Fatalf("b's copy outlived its volume: %v", err)
 	}
 }
+
+// A volume manager pointed at a plain volume (data, no replication
+// snapshot, no shared state) must not destroy it on termination.
+func TestAVolumeManagerNeverDestroysAPlainVolumeWithoutState(t *testing.T) {
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	info, err := store.CreateVolume(ctx, "plain", ports.CreateOptions{CapacityBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: "plain", Tick: time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
+		store, fakecluster.New(), faketransport.New(), &events{}, zap.NewNop())
+	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+		t.Fatalf("Terminate: %v, want the copy kept (ErrUnsafe)", err)
+	}
+	if _, err := store.GetVolume(ctx, "plain"); err != nil {
+		t.Fatalf("the plain volume was destroyed: %v", err)
+	}
+}

@@ -57,3 +57,17 @@ func CanDestroy(s State, node Node, volumeGone bool) DeletionVerdict {
 	return DeletionVerdict{Holders: holders,
 		Reason: fmt.Sprintf("only %d other replicas hold snapshot %d or newer, %d required", len(holders), self.Snapshot, s.ReplicationFactor)}
 }
+
+// CanDestroyOrphan applies the rule for a replica whose volume's shared
+// state no longer exists (the volume was deleted; Kubernetes: its
+// ReplicatedVolume is gone and its replica pods are terminating). Its copy
+// goes with the volume if it is a replica's copy: one holding replication
+// snapshots, or no data at all. A dataset holding data and no replication
+// snapshot was never replicated (a misconfigured volume manager reaching a
+// plain volume of the same name): it is not the replica's to destroy.
+func CanDestroyOrphan(h Holding) DeletionVerdict {
+	if h.HasData && h.Newest.Number == 0 {
+		return DeletionVerdict{Reason: "the volume's state is gone, but the local dataset holds data and no replication snapshot: it was never a replica"}
+	}
+	return DeletionVerdict{Allowed: true, Reason: "the volume's state is gone"}
+}

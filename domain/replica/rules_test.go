@@ -168,3 +168,21 @@ func TestAFailedSourceIsSkippedForAnotherAsNewNeverForAnOlderOne(t *testing.T) {
 		t.Fatalf("with a and b failing: source %s, want a again, never c's older copy", r.Node)
 	}
 }
+
+// Rule: with the volume's state gone, a copy is destroyed only if it is a
+// replica's (replication snapshots, or nothing).
+func TestRuleAnOrphanIsDestroyedOnlyIfItWasAReplica(t *testing.T) {
+	cases := []struct {
+		h    Holding
+		want bool
+	}{
+		{Holding{}, true},
+		{Holding{HasData: true, Newest: Snap{Number: 4, Epoch: 1}}, true},
+		{Holding{HasData: true}, false},
+	}
+	for _, c := range cases {
+		if v := CanDestroyOrphan(c.h); v.Allowed != c.want || v.Reason == "" {
+			t.Errorf("CanDestroyOrphan(%+v) = %+v, want allowed %v", c.h, v, c.want)
+		}
+	}
+}
