@@ -633,9 +633,11 @@ func TestAReplicaWhoseVolumeWasDeletedDestroysItsCopyOnTermination(t *testing.T)
 	}
 }
 
-// A volume manager pointed at a plain volume (data, no replication
-// snapshot, no shared state) must not destroy it on termination.
-func TestAVolumeManagerNeverDestroysAPlainVolumeWithoutState(t *testing.T) {
+// A copy that holds data and no replication snapshot is not destroyed
+// when the volume's state disappears: it was never shipped anywhere (a
+// secondary that somehow holds unreplicated data, or a plain volume a
+// misconfigured volume manager reached), so it may be the only copy.
+func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testing.T) {
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	info, err := store.CreateVolume(ctx, "plain", ports.CreateOptions{CapacityBytes: 1 << 20})
 	if err != nil {
@@ -644,12 +646,29 @@ func TestAVolumeManagerNeverDestroysAPlainVolumeWithoutState(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte("precious"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	states := fakecluster.New()
+	if _, err := states.Create(ctx, replica.State{Volume: "plain", ReplicationFactor: 2, Epoch: 1, Primary: "b",
+		Replicas: []replica.Replica{{Node: "a"}, {Node: "b", Active: true}}}); err != nil {
+		t.Fatal(err)
+	}
 	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: "plain", Tick: time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
-		store, fakecluster.New(), faketransport.New(), &events{}, zap.NewNop())
+		store, states, faketransport.New(), &events{}, zap.NewNop())
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = r.Run(rctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Status().LastError == "" && !r.Status().Ready && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // until a has observed its state and its data
+	}
+	cancel()
+	<-done
+	if err := states.Delete(ctx, "plain"); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("Terminate: %v, want the copy kept (ErrUnsafe)", err)
 	}
 	if _, err := store.GetVolume(ctx, "plain"); err != nil {
-		t.Fatalf("the plain volume was destroyed: %v", err)
+		t.Fatalf("the unreplicated copy was destroyed: %v", err)
 	}
 }
