@@ -28,15 +28,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
-	cfg, err := kubeConfig(o.Kubeconfig, "daemon")
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	kube, dyn, err := kubeClients(o, "daemon")
 	if err != nil {
 		return err
 	}
@@ -110,15 +102,7 @@ func enableReplication(o *Options, ctrl *app.Controller) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := kubeConfig(o.Kubeconfig, "controller")
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	kube, dyn, err := kubeClients(o, "controller")
 	if err != nil {
 		return err
 	}
@@ -129,13 +113,26 @@ func enableReplication(o *Options, ctrl *app.Controller) error {
 // leaseResolver resolves peers from the nodes' Leases (volume-manager with
 // --cluster-state kubernetes and no --peers).
 func leaseResolver(o *Options) (func(replica.Node) (string, error), error) {
-	cfg, err := kubeConfig(o.Kubeconfig, "volume-manager")
-	if err != nil {
-		return nil, err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, _, err := kubeClients(o, "volume-manager")
 	if err != nil {
 		return nil, err
 	}
 	return peerdir.NewResolver(kube, o.Namespace, 30*time.Second).Resolve, nil
+}
+
+// kubeClients are the typed and dynamic API clients of a component.
+func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.Interface, error) {
+	cfg, err := kubeConfig(o.Kubeconfig, component)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kube, dyn, nil
 }

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -92,11 +91,7 @@ func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
 
 func clusterState(o *Options) (ports.ClusterState, error) {
 	if o.ClusterState == "kubernetes" {
-		cfg, err := kubeConfig(o.Kubeconfig, "volume-manager")
-		if err != nil {
-			return nil, err
-		}
-		dyn, err := dynamic.NewForConfig(cfg)
+		_, dyn, err := kubeClients(o, "volume-manager")
 		if err != nil {
 			return nil, err
 		}
