@@ -34,6 +34,9 @@ type ReplicatorConfig struct {
 	MaxTransferRate int64
 	// Clock paces rate-limited transfers; nil is the system clock.
 	Clock Clock
+	// Resync is how often an idle replica re-reads everything without
+	// being told of a change (0: DefaultResync); see Run.
+	Resync time.Duration
 }
 
 // Replicator is the volume-manager use case: it feeds the replica machine
@@ -121,27 +124,41 @@ func (r *Replicator) Status() Status {
 	return s
 }
 
-// Run decides and acts every tick until ctx ends.
+// Run decides and acts until ctx ends. With a shared state that can
+// watch (ports.StateWatcher), an idle replica reads nothing: it decides
+// again only when told of a change, when the machine's Wake says (the
+// primary's next snapshot), on a request, or every Resync; otherwise, and
+// while work is in progress, it re-reads and decides every tick.
 func (r *Replicator) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
+	changes := r.watch(ctx)
+	resync := r.cfg.Resync
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	resyncTicks := max(1, int(resync/r.cfg.Tick))
 	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval),
-		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate))
+		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate), zap.Bool("watch", changes != nil), zap.Duration("resync", resync))
 	// After a settle in which an action failed, the next settles wait
 	// 1, 3, 7, ... up to MaxBackoffTicks ticks: a peer that is down or a
 	// pool that is full must not cost the API server a write or two per
-	// tick and volume. A request (snapshot now, release) ends the wait.
+	// tick and volume. A request (snapshot now, release) ends the wait; a
+	// change does not (the replica's own writes are changes too).
 	skip, failed, urgent := 0, 0, false
+	changed, incomplete, since := true, false, resyncTicks
 	for {
-		if skip == 0 || urgent {
-			if r.settle(ctx) {
+		if urgent || skip == 0 && (changes == nil || changed || incomplete || since >= resyncTicks || r.m.Wake() == 0) {
+			full := since >= resyncTicks
+			changed, since = false, 0
+			var failedNow bool
+			failedNow, incomplete = r.settle(ctx, full)
+			if failedNow {
 				failed++
 				skip = min(1<<min(failed, 16), MaxBackoffTicks) - 1
 			} else {
 				failed, skip = 0, 0
 			}
-		} else {
-			skip--
 		}
 		urgent = false
 		select {
@@ -149,6 +166,15 @@ func (r *Replicator) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			_ = r.m.Step(replica.Tick{})
+			since++
+			if skip > 0 {
+				skip--
+			}
+		case _, open := <-changes:
+			if !open {
+				changes = nil // the watch ended (ctx): poll until Run returns
+			}
+			changed = true
 		}
 		if r.snapshotNow.Swap(false) {
 			_ = r.m.Step(replica.SnapshotNow{})
@@ -159,6 +185,26 @@ func (r *Replicator) Run(ctx context.Context) error {
 			urgent = true
 		}
 	}
+}
+
+// DefaultResync is how often an idle replica re-reads everything although
+// nothing told it of a change: the bound on what a lost notification or a
+// store changed behind Ferry's back could cost.
+const DefaultResync = 5 * time.Minute
+
+// watch starts the shared state's watch of this volume, or returns nil
+// (poll every tick) when the store cannot watch or the watch fails.
+func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
+	w, ok := r.cluster.(ports.StateWatcher)
+	if !ok {
+		return nil
+	}
+	ch, err := w.Watch(ctx, r.cfg.Volume)
+	if err != nil {
+		r.log.Warn("cannot watch the volume's state; reading it every tick", zap.Error(err))
+		return nil
+	}
+	return ch
 }
 
 // MaxBackoffTicks bounds the wait after failed actions (see Run).
@@ -175,16 +221,19 @@ func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true) }
 func (r *Replicator) Release() { r.release.Store(true) }
 
 // settle observes and acts until the machine has nothing more to do now;
-// it reports whether an action failed.
-func (r *Replicator) settle(ctx context.Context) (failed bool) {
+// it reports whether an action failed, and whether it stopped before the
+// machine had nothing to do (a read failed, or the round's bound): then
+// the next tick settles again. full lists the local store even when the
+// machine's view of it is current.
+func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete bool) {
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
-		if err := r.observe(ctx); err != nil && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
+		if err := r.observe(ctx, full && i == 0); err != nil && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
 			r.log.Info("waiting for the volume's state", zap.Error(err))
-			return failed
+			return failed, true
 		}
 		a, ok := r.m.Next()
 		if !ok {
-			return failed
+			return failed, false
 		}
 		err := r.exec(ctx, a)
 		r.mu.Lock()
@@ -201,7 +250,7 @@ func (r *Replicator) settle(ctx context.Context) (failed bool) {
 		}
 		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
 	}
-	return failed
+	return failed, true
 }
 
 // progressMade: actions whose success clears the last error (a report or a
@@ -214,18 +263,23 @@ func progressMade(a replica.Action) bool {
 	return false
 }
 
-// observe feeds the machine the shared state and the local snapshots.
-func (r *Replicator) observe(ctx context.Context) error {
+// observe feeds the machine the shared state (always read afresh) and the
+// local snapshots, listed only when the machine's view of them is stale
+// (replica.Machine.NeedsLocal: only its own actions change them) or full
+// is set.
+func (r *Replicator) observe(ctx context.Context, full bool) error {
 	st, err := r.cluster.Get(ctx, r.cfg.Volume)
 	if err != nil {
 		return err
 	}
-	local, hasData, err := r.local(ctx)
-	if err != nil {
-		return err
+	if full || r.m.NeedsLocal() {
+		local, hasData, err := r.local(ctx)
+		if err != nil {
+			return err
+		}
+		_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	}
 	_ = r.m.Step(replica.Observed{State: st})
-	_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	r.mu.Lock()
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready

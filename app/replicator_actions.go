@@ -373,7 +373,8 @@ func (r *Replicator) Terminate(ctx context.Context, volumeGone bool) error {
 	r.terminating = true
 	_ = r.m.Step(replica.Terminate{VolumeGone: volumeGone})
 	for attempt := 0; attempt < 3; attempt++ {
-		r.settle(ctx)
+		// The safe-deletion rule is applied to what the store holds now.
+		r.settle(ctx, true)
 		if r.m.Left() {
 			return nil
 		}

@@ -32,3 +32,23 @@ type ClusterState interface {
 	// Delete removes the state; ErrNotFound if absent.
 	Delete(ctx context.Context, id volume.ID) error
 }
+
+// StateWatcher is implemented by the ClusterStates that can tell a reader
+// that a volume's state changed, so that an idle volume manager reads
+// nothing until something happens (a store without it is polled every
+// tick).
+//
+// Freshness: a notification only says "read again"; the state itself is
+// always read with Get, which returns the newest committed state, so a
+// decision never rests on a cached view, and never on one older than the
+// reader's own last write. Every change committed after Watch returned is
+// followed by a notification within the watch's latency (Kubernetes: the
+// watch of the one object, typically milliseconds); while the watch is
+// broken, changes are notified once it is re-established (the informer
+// lists again). Notifications are coalesced (the channel holds one) and
+// may be spurious, the reader's own writes included. The channel is
+// closed when ctx ends. A reader still re-reads now and then (a resync)
+// to bound what a lost notification could cost.
+type StateWatcher interface {
+	Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error)
+}

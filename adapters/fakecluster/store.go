@@ -21,12 +21,52 @@ type Store struct {
 	// a state deleted and created again never reuses an old version.
 	version     uint64
 	beforeWrite func()
+	// watchers are the channels Watch handed out, per volume.
+	watchers map[volume.ID]map[chan struct{}]bool
 }
 
-var _ ports.ClusterState = (*Store)(nil)
+var (
+	_ ports.ClusterState = (*Store)(nil)
+	_ ports.StateWatcher = (*Store)(nil)
+)
 
 // New returns an empty store.
-func New() *Store { return &Store{states: map[volume.ID]replica.State{}} }
+func New() *Store {
+	return &Store{states: map[volume.ID]replica.State{}, watchers: map[volume.ID]map[chan struct{}]bool{}}
+}
+
+// Watch notifies after every write or deletion of id's state committed
+// from now on (ports.StateWatcher), coalesced.
+func (s *Store) Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.watchers[id] == nil {
+		s.watchers[id] = map[chan struct{}]bool{}
+	}
+	s.watchers[id][ch] = true
+	s.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		s.mu.Lock()
+		delete(s.watchers[id], ch)
+		s.mu.Unlock()
+		close(ch)
+	}()
+	return ch, nil
+}
+
+// notify tells id's watchers; the caller holds s.mu.
+func (s *Store) notify(id volume.ID) {
+	for ch := range s.watchers[id] {
+		select {
+		case ch <- struct{}{}:
+		default: // one pending notification is enough
+		}
+	}
+}
 
 // BeforeWrite installs a hook that Update calls after fn ran and before it
 // compares versions, without holding the store's lock: a test may write
@@ -107,6 +147,7 @@ func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 		return fmt.Errorf("delete cluster state of volume %s: %w", id, ports.ErrNotFound)
 	}
 	delete(s.states, id)
+	s.notify(id)
 	return nil
 }
 
@@ -117,6 +158,7 @@ func (s *Store) store(st replica.State) replica.State {
 	st = casloop.Clone(st)
 	st.Version = strconv.FormatUint(s.version, 10)
 	s.states[st.Volume] = st
+	s.notify(st.Volume)
 	return casloop.Clone(st)
 }
 

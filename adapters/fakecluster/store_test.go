@@ -115,3 +115,7 @@ func TestAnUpdateMayNotRenameTheVolume(t *testing.T) {
 		t.Fatalf("renamed state was written: %v", err)
 	}
 }
+
+func TestFakeClusterStateHonoursTheStateWatcherContract(t *testing.T) {
+	contract.RunStateWatcher(t, func(t *testing.T) contract.WatchableState { return fakecluster.New() })
+}

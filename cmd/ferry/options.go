@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/volume"
 )
 
@@ -52,6 +53,7 @@ type Options struct {
 	PlacementPeriod  time.Duration
 	ReplicaTemplate  string // daemon: the replica pods' template (YAML)
 	Tick             time.Duration
+	Resync           time.Duration
 	SnapshotInterval time.Duration
 	AllowedLag       uint64
 	Keep             int
@@ -138,7 +140,8 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.Volume, "volume", os.Getenv("FERRY_VOLUME"), "ID of the volume whose replica this process manages (default: $FERRY_VOLUME)")
 	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,...; empty with --cluster-state kubernetes: from the nodes' Leases")
 	kubeFlags(fs, o)
-	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides")
+	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides while it has work (idle, with --cluster-state kubernetes, it waits for a change of its ReplicatedVolume)")
+	fs.DurationVar(&o.Resync, "resync", app.DefaultResync, "how often an idle replica re-reads its state and pool although no change was notified")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
@@ -199,6 +202,9 @@ func (o *Options) validate(mode string) error {
 		}
 		if o.Tick <= 0 || o.SnapshotInterval < o.Tick {
 			errs = append(errs, errors.New("--tick must be positive and --snapshot-interval at least --tick"))
+		}
+		if o.Resync < o.Tick {
+			errs = append(errs, errors.New("--resync must be at least --tick"))
 		}
 		if o.MaxTransferRate != 0 && o.MaxTransferRate < minTransferRate {
 			// A slower receiver would hold one 1 MiB peer message for more

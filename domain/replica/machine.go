@@ -61,6 +61,9 @@ type Machine struct {
 	forget *Snap
 
 	outstanding Action
+	// settled: the last Next found nothing to do on a complete view (see
+	// Wake); any event clears it.
+	settled     bool
 	backoff     bool // an action failed: wait for the next tick before acting again
 	ticks       int  // ticks since the primary's last snapshot
 	terminating bool
@@ -228,6 +231,9 @@ func (Alert) action()            {}
 
 // Step feeds one event to the machine.
 func (m *Machine) Step(ev Event) error {
+	if _, isTick := ev.(Tick); !isTick {
+		m.settled = false
+	}
 	switch e := ev.(type) {
 	case Observed:
 		if e.State.Epoch < m.seenEpoch {
@@ -386,11 +392,40 @@ func (m *Machine) Next() (Action, bool) {
 	}
 	a := m.decide()
 	if a == nil {
+		m.settled = true
 		return nil, false
 	}
 	m.outstanding = a
 	return a, true
 }
+
+// Wake says when the machine next needs a fresh view (Observed and, if
+// NeedsLocal, LocalRead) although neither the shared state nor the local
+// store changed: after that many ticks, or, when negative, only once one
+// of them changed. An idle secondary and an idle primary between two
+// snapshots then cost no read at all; the caller re-reads on a change it
+// is told of (a watch) and after Wake's ticks. Anything but a settled
+// machine (the last Next found nothing to do on a complete view and no
+// event but ticks came since) answers 0: decide again at the next tick, as
+// a machine waiting for a retry must (a release, a termination or a
+// forgotten fetch always has an action, so it never settles).
+func (m *Machine) Wake() int {
+	if !m.settled {
+		return 0
+	}
+	self, _ := m.state.Replica(m.cfg.Self)
+	if m.isPrimary(self) {
+		// Ticks only change the primary's decision: its next snapshot.
+		return max(0, m.cfg.SnapshotEvery-m.ticks)
+	}
+	return -1
+}
+
+// NeedsLocal reports whether the machine's view of the local store is
+// stale (never read, or changed by its own action since): the caller
+// lists the store before the next decision. Nothing but the machine's own
+// actions changes a replica's replication snapshots.
+func (m *Machine) NeedsLocal() bool { return !m.haveLocal }
 
 func (m *Machine) decide() Action {
 	self, listed := m.state.Replica(m.cfg.Self)

@@ -50,6 +50,9 @@ type simNode struct {
 	release  bool // unpublish asked; re-asked after a restart (the kubelet retries)
 	fenced   bool // a takeover ended its term while it may have held unsnapshotted writes
 	term     bool // terminate asked (a restart is a new volume manager that stays)
+	// seen is the world's write count at this node's last read: an idle
+	// machine (Wake < 0) is woken only by a change, as a watch wakes it.
+	seen int
 }
 
 type world struct {
@@ -61,6 +64,7 @@ type world struct {
 	lines   []string
 	joiners int
 	quiet   bool // no faults: the world has healed
+	writes  int  // writes to the shared state so far
 }
 
 // errCrash: the node crashed in the middle of an action.
@@ -155,6 +159,7 @@ func (w *world) cas(fn func(*State) error) error {
 		w.history = w.history[1:]
 	}
 	w.state = next
+	w.writes++
 	return nil
 }
 
@@ -330,7 +335,12 @@ func (w *world) step(n *simNode) error {
 		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache
 	}
 	_ = n.m.Step(Observed{State: cloneState(seen)})
-	_ = n.m.Step(LocalRead{Snaps: append([]Snap(nil), n.store...), HasData: n.hasData})
+	n.seen = w.writes
+	// The store is listed only when the machine's view of it is stale:
+	// nothing but its own actions changes it (as the volume manager does).
+	if n.m.NeedsLocal() {
+		_ = n.m.Step(LocalRead{Snaps: append([]Snap(nil), n.store...), HasData: n.hasData})
+	}
 	a, ok := n.m.Next()
 	if !ok {
 		return nil
@@ -646,6 +656,9 @@ func (w *world) quietRound() error {
 					return err
 				}
 			}
+		}
+		if n.m != nil && n.m.Wake() != 0 && n.seen == w.writes {
+			continue // idle, and nothing changed: no read, no decision
 		}
 		for i := 0; i < 10; i++ {
 			before := w.newest()

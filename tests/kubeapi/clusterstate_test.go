@@ -245,3 +245,14 @@ func increment(ctx context.Context, s ports.ClusterState, n int) error {
 	}
 	return nil
 }
+
+// Watch on a real API server: another writer's update and a deletion are
+// notified; the channel closes with its context.
+func TestReplicatedVolumesHonourTheStateWatcherContract(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	contract.RunStateWatcher(t, func(t *testing.T) contract.WatchableState {
+		deleteAll(t, dyn)
+		return rvstate.New(dyn, nil)
+	})
+}

@@ -11,11 +11,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/ferry-csi/ferry/adapters/casloop"
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
@@ -26,17 +30,68 @@ import (
 
 // Store is a ClusterState on ReplicatedVolume objects.
 type Store struct {
-	rvs dynamic.ResourceInterface
+	client dynamic.Interface
+	rvs    dynamic.ResourceInterface
 	// labels are put on every object Create makes (tests mark theirs).
 	labels map[string]string
 }
 
-var _ ports.ClusterState = (*Store)(nil)
+var (
+	_ ports.ClusterState = (*Store)(nil)
+	_ ports.StateWatcher = (*Store)(nil)
+)
 
 // New returns a store using client. labels, if any, are added to every
 // object Create makes.
 func New(client dynamic.Interface, labels map[string]string) *Store {
-	return &Store{rvs: client.Resource(rvapi.GVR), labels: labels}
+	return &Store{client: client, rvs: client.Resource(rvapi.GVR), labels: labels}
+}
+
+// Watch notifies on every change of id's ReplicatedVolume
+// (ports.StateWatcher): an informer on that one object (a field selector
+// on its name), so the API server sends this process only its own
+// volume's events. The informer lists again after a broken watch and
+// notifies then; its cache is never read: Get reads the server.
+func (s *Store) Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	name := rvapi.ObjectName(id)
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.client, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	})
+	inf := f.ForResource(rvapi.GVR).Informer()
+	ch := make(chan struct{}, 1)
+	var mu sync.Mutex
+	closed := false
+	notify := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		select {
+		case ch <- struct{}{}:
+		default: // one pending notification is enough
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}); err != nil {
+		return nil, fmt.Errorf("watch cluster state of volume %s: %w", id, err)
+	}
+	f.Start(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		f.Shutdown()
+		mu.Lock()
+		closed = true
+		close(ch)
+		mu.Unlock()
+	}()
+	return ch, nil
 }
 
 func (s *Store) Get(ctx context.Context, id volume.ID) (replica.State, error) {
