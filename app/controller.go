@@ -210,7 +210,7 @@ func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Para
 	if err := c.workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
 		return Volume{}, err
 	}
-	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st, false), params.SnapshotInterval); err != nil {
+	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st), params.SnapshotInterval); err != nil {
 		return Volume{}, err
 	}
 	k, val := c.workload.Segment(v.ID)
@@ -280,32 +280,44 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 	}
 	defer unlock()
 	snaps, err := c.store.ListSnapshots(ctx, id)
+	local := true
 	switch {
 	case errors.Is(err, ports.ErrNotFound):
-		return nil
+		local = false // a replicated volume may still have copies elsewhere
 	case errors.Is(err, ports.ErrNotOwned):
 		return fmt.Errorf("volume %s: %w: %w", id, ErrPrecondition, err)
 	case err != nil:
 		return err
 	}
-	for _, s := range snaps {
-		if ref, ok := volume.SnapshotRefFromStore(id, s.Name, s.Metadata[ports.MetaSnapshotName]); ok {
-			return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), ErrPrecondition)
+	if local {
+		for _, s := range snaps {
+			if ref, ok := volume.SnapshotRefFromStore(id, s.Name, s.Metadata[ports.MetaSnapshotName]); ok {
+				return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), ErrPrecondition)
+			}
 		}
-	}
-	switch err := c.checkNotInUse(ctx, id); {
-	case errors.Is(err, ports.ErrNotFound):
-		return nil
-	case err != nil:
-		return err
+		switch err := c.checkNotInUse(ctx, id); {
+		case errors.Is(err, ports.ErrNotFound):
+			local = false
+		case err != nil:
+			return err
+		}
 	}
 	if c.cluster != nil {
-		// A replicated volume: its shared state goes first, and with it
-		// (Kubernetes: owner references) its replica pods, each of which
-		// destroys its copy once the state is gone.
-		if err := c.cluster.Delete(ctx, id); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		// A replicated volume, wherever its copies are: its shared state
+		// is marked for deletion; each replica (this node's included)
+		// destroys its copy and leaves the list, and the state goes with
+		// the last entry (Kubernetes: a finalizer holds the
+		// ReplicatedVolume, and with it its pods, until then).
+		switch err := c.cluster.Delete(ctx, id); {
+		case err == nil:
+			c.log.Info("replicated volume deleting: each replica destroys its copy", zap.String("volume", string(id)))
+			return nil
+		case !errors.Is(err, ports.ErrNotFound):
 			return fmt.Errorf("delete volume %s: its shared state: %w", id, err)
 		}
+	}
+	if !local {
+		return nil
 	}
 	if err := c.store.DestroyVolume(ctx, id); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {

@@ -54,16 +54,39 @@ func TestAReplicatedVolumeStartsWithThisNodeAsActivePrimaryAndItsSecondariesWork
 		t.Fatalf("state %+v: want node-1 the active primary of epoch 1, factor 3", st)
 	}
 
-	// Deleting removes the shared state (and with it the workload) and
-	// the local copy.
-	if err := c.DeleteVolume(ctx, "pvc-r"); err != nil {
+	// Deleting marks the shared state (the workload stays, its replicas
+	// destroy their copies and leave): the local copy is its replica's to
+	// destroy, not DeleteVolume's. Deleting again is idempotent, and a
+	// node holding no copy deletes it just the same.
+	for range 2 {
+		if err := c.DeleteVolume(ctx, "pvc-r"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := states.Get(ctx, "pvc-r"); err != nil || !st.Deleting {
+		t.Fatalf("after DeleteVolume the state reads %+v, %v; want it Deleting until its replicas left", st, err)
+	}
+	if _, err := store.GetVolume(ctx, "pvc-r"); err != nil {
+		t.Fatalf("DeleteVolume destroyed a replica's copy under its volume manager: %v", err)
+	}
+}
+
+// DeleteVolume on a node that holds no copy still deletes a replicated
+// volume: its state is marked, wherever the copies are.
+func TestDeletingAReplicatedVolumeFromANodeWithoutACopyMarksItsState(t *testing.T) {
+	states := fakecluster.New()
+	if _, err := states.Create(ctx, replica.State{Volume: "pvc-x", ReplicationFactor: 2, Epoch: 1, Primary: "node-1",
+		Replicas: []replica.Replica{{Node: "node-1", Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := states.Get(ctx, "pvc-r"); err == nil {
-		t.Fatal("the shared state outlived the volume")
+	ctrl := gomock.NewController(t)
+	c := app.NewController(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
+	c.EnableReplication(states, mocks.NewMockReplicaWorkload(ctrl))
+	if err := c.DeleteVolume(ctx, "pvc-x"); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := store.GetVolume(ctx, "pvc-r"); err == nil {
-		t.Fatal("the local copy outlived the volume")
+	if st, err := states.Get(ctx, "pvc-x"); err != nil || !st.Deleting {
+		t.Fatalf("state after DeleteVolume elsewhere: %+v, %v; want Deleting", st, err)
 	}
 }
 

@@ -319,10 +319,14 @@ func (r *Replicator) setTransfer(p *Progress) {
 // (refused unless enough up-to-date replicas remain), re-read the list and
 // verify the holders are still there, and only then destroy the local copy.
 func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
-	if !a.VolumeGone {
-		if err := r.guardDiscard(ctx, ""); err != nil {
-			return err
-		}
+	// A former primary's CSI snapshot (a VolumeSnapshot's data) is never
+	// destroyed with the copy, not even when the volume is deleted: it
+	// outlives its volume, and the copy stays until it is deleted.
+	if err := r.guardDiscard(ctx, ""); err != nil {
+		return err
+	}
+	if a.VolumeGone {
+		return r.leaveDeleted(ctx)
 	}
 	var verdict replica.DeletionVerdict
 	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
@@ -360,6 +364,35 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		return err
 	}
 	r.log.Info("local copy destroyed", zap.String("reason", verdict.Reason), zap.String("holders", fmt.Sprint(verdict.Holders)))
+	return nil
+}
+
+// leaveDeleted destroys the copy of a volume being deleted and then
+// removes its entry (replica.Leave on a Deleting state): in this order, a
+// crash in between leaves an entry without a copy, which the next volume
+// manager removes, never a copy nobody lists. The last entry's removal
+// removes the state (ports.ClusterState.Delete).
+func (r *Replicator) leaveDeleted(ctx context.Context) error {
+	st, err := r.cluster.Get(ctx, r.cfg.Volume)
+	switch {
+	case errors.Is(err, ports.ErrNotFound):
+		return nil // the last entry is gone, and with it the state: nothing to leave
+	case err != nil:
+		return err
+	case !st.Deleting:
+		return fmt.Errorf("the volume is not being deleted on a fresh read: %w", replica.ErrUnsafe)
+	}
+	if err := r.store.DestroyVolume(ctx, r.cfg.Volume); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return fmt.Errorf("destroying the copy of a deleted volume: %w", err)
+	}
+	_, err = r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
+		_, err := replica.Leave(s, r.cfg.Node, replica.Holding{}, true)
+		return err
+	})
+	if err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return fmt.Errorf("leaving the list of a deleted volume (its copy is destroyed): %w", err)
+	}
+	r.log.Info("local copy destroyed", zap.String("reason", "the volume is being deleted"))
 	return nil
 }
 

@@ -610,11 +610,12 @@ func TestFailingTransfersBackOff(t *testing.T) {
 	}
 }
 
-// A volume deleted while its replicas run (Kubernetes: the
-// ReplicatedVolume deleted, its pods terminated by the garbage collector):
-// on termination each replica finds the state gone and destroys its copy
-// instead of waiting for a state that will never come back.
-func TestAReplicaWhoseVolumeWasDeletedDestroysItsCopyOnTermination(t *testing.T) {
+// A volume deleted while its replicas run (Kubernetes: its
+// ReplicatedVolume gets a deletionTimestamp, a finalizer holds it): every
+// replica, the active primary included, destroys its copy and leaves, and
+// the state goes with the last one; a replica terminated afterwards has
+// nothing left to do.
+func TestADeletedVolumesReplicasDestroyTheirCopiesAndTheStateGoesWithTheLast(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "some data")
 	c.start("a")
@@ -623,13 +624,47 @@ func TestAReplicaWhoseVolumeWasDeletedDestroysItsCopyOnTermination(t *testing.T)
 	if err := c.state.Delete(ctx, volID); err != nil {
 		t.Fatal(err)
 	}
+	gone := func(n replica.Node) bool {
+		_, err := c.stores[n].GetVolume(ctx, volID)
+		return errors.Is(err, ports.ErrNotFound)
+	}
+	c.eventually("both copies destroyed and the state gone", func() bool {
+		_, err := c.state.Get(ctx, volID)
+		return gone("a") && gone("b") && errors.Is(err, ports.ErrNotFound)
+	})
 	r := c.reps["b"]
 	c.stop("b")
 	if err := r.Terminate(ctx, false); err != nil {
 		t.Fatalf("Terminate after the volume's deletion: %v", err)
 	}
+}
+
+// A replica stopped while its volume was deleted finishes the deletion
+// when terminated: its copy goes, then its entry, and with it the state.
+func TestAReplicaStoppedDuringItsVolumesDeletionFinishesItOnTermination(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.write("a", "some data")
+	c.start("a")
+	c.start("b")
+	c.eventually("b holds a's data", func() bool { return c.holds("b", "some data") })
+	r := c.reps["b"]
+	c.stop("b")
+	if err := c.state.Delete(ctx, volID); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("a left", func() bool {
+		st, err := c.state.Get(ctx, volID)
+		_, listed := st.Replica("a")
+		return err == nil && !listed
+	})
+	if err := r.Terminate(ctx, false); err != nil {
+		t.Fatalf("Terminate during the volume's deletion: %v", err)
+	}
 	if _, err := c.stores["b"].GetVolume(ctx, volID); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("b's copy outlived its volume: %v", err)
+	}
+	if _, err := c.state.Get(ctx, volID); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("the state outlived the last replica: %v", err)
 	}
 }
 
@@ -662,7 +697,12 @@ func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testi
 	}
 	cancel()
 	<-done
+	// The state disappears without the deletion protocol (its last entry
+	// removed by hand): the copy is an orphan.
 	if err := states.Delete(ctx, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := states.Update(ctx, "plain", func(s *replica.State) error { s.Replicas = nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {

@@ -22,14 +22,20 @@ type ClusterState interface {
 	// argument: it may run several times. An error from fn aborts without
 	// writing and is returned as is. fn is not called when the state does
 	// not exist (ErrNotFound). A result that fails State.Validate, or that
-	// changes State.Volume or State.ReplicationFactor, is refused with
-	// ErrInvalid: the replication factor is the volume's spec, which its
+	// changes State.Volume, State.ReplicationFactor or State.Deleting, is
+	// refused with ErrInvalid: the replication factor is the volume's spec, which its
 	// owner edits (Kubernetes: spec.replicationFactor of the
 	// ReplicatedVolume), while Update writes the replicas' status. The written state
 	// is returned; callers must not rely on its Version changing when fn
 	// changed nothing (Kubernetes skips such writes).
 	Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error)
-	// Delete removes the state; ErrNotFound if absent.
+	// Delete starts the volume's deletion: a state listing no replica is
+	// removed at once; otherwise it is marked Deleting (Kubernetes: a
+	// deletionTimestamp held by Ferry's finalizer), each replica destroys
+	// its copy and leaves, and the Update that removes the last entry
+	// removes the state instead of writing it (Get then answers
+	// ErrNotFound), so no copy outlives the volume unseen. Deleting an
+	// already deleting state changes nothing. ErrNotFound if absent.
 	Delete(ctx context.Context, id volume.ID) error
 }
 

@@ -46,6 +46,9 @@ func Update(ctx context.Context, id volume.ID, get func(context.Context, volume.
 			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn changed the replication factor from %d to %d; it is the volume's spec, changed only by editing it: %w",
 				id, read.ReplicationFactor, next.ReplicationFactor, ports.ErrInvalid)
 		}
+		if next.Deleting != read.Deleting {
+			return replica.State{}, fmt.Errorf("update cluster state of volume %s: fn changed whether the volume is being deleted; only Delete does: %w", id, ports.ErrInvalid)
+		}
 		written, ok, err := swap(read.Version, next)
 		if err != nil || ok {
 			return written, err
@@ -53,6 +56,10 @@ func Update(ctx context.Context, id volume.ID, get func(context.Context, volume.
 	}
 	return replica.State{}, fmt.Errorf("update cluster state of volume %s: gave up after %d attempts: %w", id, MaxAttempts, ports.ErrConflict)
 }
+
+// Removes reports whether writing next removes the state instead: the
+// volume is being deleted and its last replica left (ports.ClusterState).
+func Removes(next replica.State) bool { return next.Deleting && len(next.Replicas) == 0 }
 
 // Clone copies a state deeply enough that changing the copy never changes
 // the original (the replica list is the only reference it holds).

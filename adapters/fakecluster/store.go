@@ -134,6 +134,12 @@ func (s *Store) compareAndSwap(read string, next replica.State) (written replica
 	if err := check(&next); err != nil {
 		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
 	}
+	if casloop.Removes(next) {
+		delete(s.states, next.Volume)
+		s.notify(next.Volume)
+		next.Version = ""
+		return next, true, nil
+	}
 	return s.store(next), true, nil
 }
 
@@ -143,8 +149,16 @@ func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.states[id]; !ok {
+	cur, ok := s.states[id]
+	if !ok {
 		return fmt.Errorf("delete cluster state of volume %s: %w", id, ports.ErrNotFound)
+	}
+	if len(cur.Replicas) > 0 {
+		if !cur.Deleting {
+			cur.Deleting = true
+			s.store(cur)
+		}
+		return nil
 	}
 	delete(s.states, id)
 	s.notify(id)

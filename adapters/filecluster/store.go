@@ -113,6 +113,13 @@ func (s *Store) compareAndSwap(read string, next replica.State) (written replica
 	if err := check(&next); err != nil {
 		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
 	}
+	if casloop.Removes(next) {
+		if err := s.remove(next.Volume, version); err != nil {
+			return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
+		}
+		next.Version = ""
+		return next, true, nil
+	}
 	written, err = s.write(next, version+1)
 	if err != nil {
 		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
@@ -132,19 +139,33 @@ func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 		return fmt.Errorf("delete cluster state of volume %s: %w", id, err)
 	}
 	defer unlock()
-	_, version, err := s.read(id)
+	cur, version, err := s.read(id)
 	if err != nil {
 		return fmt.Errorf("delete cluster state of volume %s: %w", id, err)
 	}
-	// Record the version first: a crash between the two steps leaves the
-	// state in place with a counter that is merely ahead, never behind.
-	if err := s.writeFile(s.path(id, ".seq"), []byte(strconv.FormatUint(version, 10)+"\n")); err != nil {
-		return fmt.Errorf("delete cluster state of volume %s: %w", id, err)
+	if len(cur.Replicas) > 0 {
+		if !cur.Deleting {
+			cur.Deleting = true
+			if _, err := s.write(cur, version+1); err != nil {
+				return fmt.Errorf("delete cluster state of volume %s: %w", id, err)
+			}
+		}
+		return nil
 	}
-	if err := os.Remove(s.path(id, ".json")); err != nil {
+	if err := s.remove(id, version); err != nil {
 		return fmt.Errorf("delete cluster state of volume %s: %w", id, err)
 	}
 	return nil
+}
+
+// remove deletes id's state at version; the caller holds its lock.
+func (s *Store) remove(id volume.ID, version uint64) error {
+	// Record the version first: a crash between the two steps leaves the
+	// state in place with a counter that is merely ahead, never behind.
+	if err := s.writeFile(s.path(id, ".seq"), []byte(strconv.FormatUint(version, 10)+"\n")); err != nil {
+		return err
+	}
+	return os.Remove(s.path(id, ".json"))
 }
 
 func (s *Store) path(id volume.ID, ext string) string {

@@ -108,8 +108,15 @@ func TestADeletedThenCreatedStateNeverReusesAVersion(t *testing.T) {
 			}
 			seen[st.Version] = true
 		}
+		// Marked Deleting, then removed with its last replica.
 		if err := s.Delete(t.Context(), "vol-a"); err != nil {
 			t.Fatal(err)
+		}
+		if _, err := s.Update(t.Context(), "vol-a", func(st *replica.State) error { st.Replicas = nil; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(t.Context(), "vol-a"); !errors.Is(err, ports.ErrNotFound) {
+			t.Fatalf("the state outlived its last replica: %v", err)
 		}
 		s = newStore(t, dir) // the counter lives in the directory, not the Store
 	}

@@ -73,7 +73,7 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 	}
 	if st.Primary == a.node {
 		// The sizer of this volume's workload.
-		if err := a.workload.Apply(ctx, id, placement.Desired(st, false), 0); err != nil {
+		if err := a.workload.Apply(ctx, id, placement.Desired(st), 0); err != nil {
 			return false, err
 		}
 	}

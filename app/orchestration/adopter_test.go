@@ -57,7 +57,7 @@ func TestTheAdopterRestartsListedCopiesRaisingTheWorkloadFirst(t *testing.T) {
 		w.EXPECT().StartReplica(gomock.Any(), volume.ID("sec"), replica.Node("b"), gomock.Any(), false).Return(nil),
 	)
 	w.EXPECT().Status(gomock.Any(), volume.ID("pri"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1}, nil)
-	w.EXPECT().Apply(gomock.Any(), volume.ID("pri"), placement.Desired(primary, false), gomock.Any()).Return(nil)
+	w.EXPECT().Apply(gomock.Any(), volume.ID("pri"), placement.Desired(primary), gomock.Any()).Return(nil)
 	w.EXPECT().StartReplica(gomock.Any(), volume.ID("pri"), replica.Node("b"), gomock.Any(), true).Return(nil)
 	w.EXPECT().Status(gomock.Any(), volume.ID("run"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1, OnNode: true}, nil)
 	w.EXPECT().Apply(gomock.Any(), volume.ID("run"), gomock.Any(), gomock.Any()).Return(nil)

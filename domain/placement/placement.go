@@ -37,11 +37,12 @@ type Objects struct {
 	UsableOn []replica.Node
 }
 
-// Desired computes the objects for s; deleting says the volume is being
-// deleted: no secondary is wanted (each leaves, destroying its copy once
-// the volume is gone), none is protected, and the volume is usable nowhere.
-func Desired(s replica.State, deleting bool) Objects {
-	if deleting {
+// Desired computes the objects for s. While the volume is being deleted
+// (s.Deleting) no secondary is wanted (each replica destroys its copy and
+// leaves; a scale-down's SIGTERM does the same), none is protected, and
+// the volume is usable nowhere.
+func Desired(s replica.State) Objects {
+	if s.Deleting {
 		return Objects{}
 	}
 	active := false
@@ -71,6 +72,9 @@ func Desired(s replica.State, deleting bool) Objects {
 // usable, since a pod there would wait for it or start on stale data.
 // Ready is what each replica's volume manager reported (replica.IsReady).
 func UsableOn(s replica.State) []replica.Node {
+	if s.Deleting {
+		return nil
+	}
 	var nodes []replica.Node
 	for _, r := range s.Replicas {
 		if r.Active {
@@ -114,6 +118,11 @@ func Adopt(s replica.State, node replica.Node, current, running int) Adoption {
 	r, ok := s.Replica(node)
 	if !ok {
 		return Adoption{Reason: fmt.Sprintf("%s is not in the volume's replica list", node)}
+	}
+	if s.Deleting {
+		// Its volume manager destroys the copy and leaves the list; the
+		// ReplicaSet is not raised (it is scaled to nothing).
+		return Adoption{Start: true, RaiseTo: current, Reason: fmt.Sprintf("the volume is being deleted: %s's copy is destroyed", node)}
 	}
 	if r.Active {
 		return Adoption{Start: true, RaiseTo: current, Reason: fmt.Sprintf("%s is the active primary; its pod stays outside the ReplicaSet", node)}

@@ -54,7 +54,8 @@ func TestDesired(t *testing.T) {
 			Objects{}},
 	}
 	for _, c := range cases {
-		got := Desired(c.s, c.deleting)
+		c.s.Deleting = c.deleting
+		got := Desired(c.s)
 		if got.Secondaries != c.want.Secondaries || got.MinAvailable != c.want.MinAvailable || !slices.Equal(got.UsableOn, c.want.UsableOn) {
 			t.Errorf("%s: Desired = %+v, want %+v", c.name, got, c.want)
 		}
@@ -69,7 +70,7 @@ func TestADrainNeverTakesTheLastCopy(t *testing.T) {
 		for i := range rf {
 			rs = append(rs, rep(replica.Node(rune('a'+i)), 3, true, false))
 		}
-		o := Desired(state(rf, rs...), false)
+		o := Desired(state(rf, rs...))
 		if o.MinAvailable < 1 || o.MinAvailable > o.Secondaries {
 			t.Errorf("rf %d idle: minAvailable %d of %d secondaries", rf, o.MinAvailable, o.Secondaries)
 		}
@@ -97,5 +98,20 @@ func TestAdopt(t *testing.T) {
 		if got.Start != c.want.Start || got.RaiseTo != c.want.RaiseTo || got.Reason == "" {
 			t.Errorf("%s: Adopt = %+v, want %+v with a reason", c.name, got, c.want)
 		}
+	}
+}
+
+func TestAVolumeBeingDeletedIsUsableNowhereAndItsListedCopiesStartOnlyToLeave(t *testing.T) {
+	s := state(2, rep("a", 5, true, false), rep("b", 5, true, false))
+	s.Deleting = true
+	if u := UsableOn(s); len(u) != 0 {
+		t.Fatalf("a volume being deleted is usable on %v", u)
+	}
+	d := Adopt(s, "b", 0, 0)
+	if !d.Start || d.RaiseTo != 0 {
+		t.Fatalf("Adopt for a copy of a volume being deleted = %+v: want its pod started (to destroy it) and the ReplicaSet left at 0", d)
+	}
+	if d := Adopt(s, "c", 0, 0); d.Start {
+		t.Fatalf("an unlisted copy was started: %+v", d)
 	}
 }

@@ -242,6 +242,10 @@ func (m *Machine) Step(ev Event) error {
 			break
 		}
 		m.state, m.haveState, m.seenEpoch = e.State, true, e.State.Epoch
+		if e.State.Deleting {
+			// The volume is being deleted: this replica goes with it.
+			m.terminating, m.volumeGone = true, true
+		}
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		m.hasData = e.HasData || len(e.Snaps) > 0

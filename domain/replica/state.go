@@ -109,6 +109,13 @@ type State struct {
 	Primary Node
 	// Replicas has at most one entry per node, kept sorted by node.
 	Replicas []Replica
+	// Deleting says the volume is being deleted (Kubernetes: its
+	// ReplicatedVolume has a deletionTimestamp, held by a finalizer): every
+	// replica destroys its copy and then leaves the list, and the state
+	// goes with the last entry, so no copy outlives the volume unseen. Like
+	// ReplicationFactor it is not the replicas' to write: only
+	// ClusterState.Delete sets it.
+	Deleting bool
 	// Version is the store's version of this state (a resourceVersion in
 	// Kubernetes). It is set by ClusterState and only compared, never made up.
 	Version string

@@ -150,7 +150,13 @@ type Holding struct {
 // may hold). Run inside ClusterState.Update: of two replicas leaving at
 // once, the second sees the first gone and is counted against the smaller
 // list.
+//
+// volumeGone is honoured only on a state being deleted (State.Deleting):
+// a replica that believes its volume deleted while the state says
+// otherwise is held to the safe-deletion rule. The active primary may
+// leave only a volume being deleted.
 func Leave(s *State, node Node, holds Holding, volumeGone bool) (DeletionVerdict, error) {
+	volumeGone = volumeGone && s.Deleting
 	if !volumeGone && holds.HasData && holds.Newest.Number == 0 {
 		v := DeletionVerdict{Reason: "it holds data that was never snapshotted"}
 		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
@@ -171,7 +177,7 @@ func Leave(s *State, node Node, holds Holding, volumeGone bool) (DeletionVerdict
 		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
 	}
 	if i := s.index(node); i >= 0 {
-		if s.Replicas[i].Active {
+		if s.Replicas[i].Active && !volumeGone {
 			return v, fmt.Errorf("%s is the active primary: %w", node, ErrUnsafe)
 		}
 		s.Replicas = append(s.Replicas[:i], s.Replicas[i+1:]...)

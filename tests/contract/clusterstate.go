@@ -33,6 +33,7 @@ func RunClusterState(t *testing.T, newState func(t *testing.T) ports.ClusterStat
 		{"an invalid state is refused and nothing is written", invalidStateIsRefused},
 		{"an update may not change the replication factor", replicationFactorIsSpec},
 		{"a deleted state is gone and can be created again", deletedStateIsGone},
+		{"a deleted state stays, Deleting, until its last replica left", deletionWaitsForEveryReplica},
 		{"concurrent updates from many goroutines lose no increment", concurrentUpdatesLoseNothing},
 		{"two deciders cannot both remove the last copy", twoDecidersKeepTheLastCopy},
 	}
@@ -219,13 +220,54 @@ func replicationFactorIsSpec(t *testing.T, s ports.ClusterState) {
 }
 
 func deletedStateIsGone(t *testing.T, s ports.ClusterState) {
-	mustCreateState(t, s, sampleState("vol-a"))
+	// A state listing no replica goes at once.
+	mustCreateState(t, s, replica.State{Volume: "vol-a", ReplicationFactor: 1})
 	if err := s.Delete(ctx, "vol-a"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := s.Get(ctx, "vol-a")
 	wantErr(t, "Get after Delete", err, ports.ErrNotFound)
 	wantErr(t, "second Delete", s.Delete(ctx, "vol-a"), ports.ErrNotFound)
+	mustCreateState(t, s, sampleState("vol-a"))
+}
+
+// A state listing replicas is marked Deleting and stays until the last
+// replica left: the Update removing it removes the state.
+func deletionWaitsForEveryReplica(t *testing.T, s ports.ClusterState) {
+	mustCreateState(t, s, sampleState("vol-a"))
+	if err := s.Delete(ctx, "vol-a"); err != nil {
+		t.Fatal(err)
+	}
+	st := mustGetState(t, s, "vol-a")
+	if !st.Deleting || len(st.Replicas) != 2 {
+		t.Fatalf("after Delete the state reads %+v, want Deleting with both replicas", st)
+	}
+	if err := s.Delete(ctx, "vol-a"); err != nil {
+		t.Fatalf("deleting a state being deleted: %v", err)
+	}
+	_, err := s.Update(ctx, "vol-a", func(st *replica.State) error {
+		st.Deleting = false
+		return nil
+	})
+	wantErr(t, "Update undoing the deletion", err, ports.ErrInvalid)
+	leave := func(n replica.Node) error {
+		_, err := s.Update(ctx, "vol-a", func(st *replica.State) error {
+			_, err := replica.Leave(st, n, replica.Holding{Newest: replica.Snap{Number: 5, Epoch: 3}, HasData: true}, true)
+			return err
+		})
+		return err
+	}
+	if err := leave("b"); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustGetState(t, s, "vol-a"); !st.Deleting || len(st.Replicas) != 1 {
+		t.Fatalf("after one of two replicas left the state reads %+v", st)
+	}
+	if err := leave("a"); err != nil {
+		t.Fatalf("the last replica (the active primary) of a volume being deleted could not leave: %v", err)
+	}
+	_, err = s.Get(ctx, "vol-a")
+	wantErr(t, "Get after the last replica left", err, ports.ErrNotFound)
 	mustCreateState(t, s, sampleState("vol-a"))
 }
 

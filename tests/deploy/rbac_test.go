@@ -145,7 +145,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				"volumesnapshotcontents/status": {"update", "patch"},
 				"leases":                        {"create", "update", "patch"},
 				"nodes":                         {"patch"},
-				"replicatedvolumes":             {"create", "delete"},
+				"replicatedvolumes":             {"create", "delete", "patch"},
 				"replicatedvolumes/status":      {"update"},
 				"replicasets":                   {"create", "patch"},
 				"poddisruptionbudgets":          {"create", "patch"},
@@ -179,7 +179,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		}
 		return rs
 	}, everyRule(func(pr rbacv1.PolicyRule) string {
-		allowed := map[string][]string{"replicatedvolumes/status": {"update"}, "events": {"create", "patch"}}
+		allowed := map[string][]string{"replicatedvolumes/status": {"update"}, "replicatedvolumes": {"patch"}, "events": {"create", "patch"}}
 		var bad []string
 		for _, r := range pr.Resources {
 			for _, v := range matching(pr.Verbs, isWrite) {
@@ -189,7 +189,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 		}
 		if len(bad) > 0 {
-			return fmt.Sprintf("grants %q; a replica pod writes only its volume's status and events", bad)
+			return fmt.Sprintf("grants %q; a replica pod writes only its volume's status, events, and the finalizer's removal", bad)
 		}
 		return ""
 	})})

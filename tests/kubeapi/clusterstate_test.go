@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -68,20 +70,27 @@ func start(t *testing.T) *rest.Config {
 // a real API server: each case starts with no object.
 func TestReplicatedVolumesHonourTheClusterStateContract(t *testing.T) {
 	cfg := start(t)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	contract.RunClusterState(t, func(t *testing.T) ports.ClusterState {
 		deleteAll(t, dyn)
 		return rvstate.New(dyn, nil)
 	})
 }
 
+// asNode is cfg acting as Ferry's node daemon (its ServiceAccount): the
+// one identity the admission policies let delete a ReplicatedVolume.
+func asNode(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:ferry-system:ferry-node"}
+	return c
+}
+
+// deleteAll deletes every ReplicatedVolume, releasing Ferry's finalizer
+// as the last replica would; dyn must act as the node daemon.
 func deleteAll(t *testing.T, dyn dynamic.Interface) {
 	t.Helper()
 	ctx := context.Background()
 	rvs := dyn.Resource(rvapi.GVR)
-	if err := rvs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	for {
 		l, err := rvs.List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -89,6 +98,14 @@ func deleteAll(t *testing.T, dyn dynamic.Interface) {
 		}
 		if len(l.Items) == 0 {
 			return
+		}
+		for _, u := range l.Items {
+			if err := rvs.Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			if _, err := rvs.Patch(ctx, u.GetName(), types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -99,7 +116,7 @@ func deleteAll(t *testing.T, dyn dynamic.Interface) {
 // by hand into something the domain never writes is refused on read.
 func TestTheStatusCarriesTheSummaryAndAHandEditedStateIsRefused(t *testing.T) {
 	cfg := start(t)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	deleteAll(t, dyn)
 	s := rvstate.New(dyn, nil)
 	ctx := context.Background()
@@ -151,7 +168,7 @@ func TestTheStatusCarriesTheSummaryAndAHandEditedStateIsRefused(t *testing.T) {
 // is still found by its ID.
 func TestAVolumeIDThatIsNoObjectNameIsStoredUnderItsHash(t *testing.T) {
 	cfg := start(t)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	deleteAll(t, dyn)
 	s := rvstate.New(dyn, nil)
 	ctx := context.Background()
@@ -172,7 +189,7 @@ func TestAVolumeIDThatIsNoObjectNameIsStoredUnderItsHash(t *testing.T) {
 // the API server's, so no increment is lost across processes.
 func TestThreeProcessesIncrementingOneCounterLoseNothing(t *testing.T) {
 	cfg := start(t)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	deleteAll(t, dyn)
 	s := rvstate.New(dyn, nil)
 	ctx := context.Background()
@@ -250,7 +267,7 @@ func increment(ctx context.Context, s ports.ClusterState, n int) error {
 // notified; the channel closes with its context.
 func TestReplicatedVolumesHonourTheStateWatcherContract(t *testing.T) {
 	cfg := start(t)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	contract.RunStateWatcher(t, func(t *testing.T) contract.WatchableState {
 		deleteAll(t, dyn)
 		return rvstate.New(dyn, nil)

@@ -25,7 +25,7 @@ func TestTheReplicaWorkloadIsValidAndFollowsThePlacement(t *testing.T) {
 	cfg := start(t)
 	ctx := context.Background()
 	kube := kubernetes.NewForConfigOrDie(cfg)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	deleteAll(t, dyn)
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ferry-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestTheReplicaWorkloadIsValidAndFollowsThePlacement(t *testing.T) {
 	owner := workload.Owner{Volume: "pvc-w", Name: u.GetName(), UID: u.GetUID()}
 	a := workload.New(kube, dyn, workload.Template{Namespace: "ferry-system", Image: "ferry:dev", ServiceAccount: "ferry-replica",
 		Args: []string{"--pool=ferry-$(NODE_NAME)"}})
-	if err := a.Ensure(ctx, owner, placement.Desired(st, false), "30s"); err != nil {
+	if err := a.Ensure(ctx, owner, placement.Desired(st), "30s"); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := kube.AppsV1().ReplicaSets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})
@@ -58,7 +58,7 @@ func TestTheReplicaWorkloadIsValidAndFollowsThePlacement(t *testing.T) {
 	// A primary became active: it left the ReplicaSet.
 	st.Replicas = []replica.Replica{{Node: "a", Active: true}, {Node: "b"}, {Node: "c"}}
 	st.Primary = "a"
-	if err := a.Ensure(ctx, owner, placement.Desired(st, false), "30s"); err != nil {
+	if err := a.Ensure(ctx, owner, placement.Desired(st), "30s"); err != nil {
 		t.Fatal(err)
 	}
 	rs, _ = kube.AppsV1().ReplicaSets("ferry-system").Get(ctx, workload.Name("pvc-w"), metav1.GetOptions{})

@@ -32,6 +32,9 @@ const (
 	// LabelVolume carries the volume ID's hash on every object Ferry makes
 	// for a volume (its ReplicatedVolume included), for selection.
 	LabelVolume = Group + "/volume"
+	// Finalizer holds a ReplicatedVolume being deleted until its last
+	// replica destroyed its copy and left (ports.ClusterState.Delete).
+	Finalizer = Group + "/replicas"
 )
 
 // GVR is the resource's address for dynamic clients and informers.
@@ -120,8 +123,8 @@ func Hash(id volume.ID) string {
 // FromState renders s as the object to write: spec.volumeID and
 // spec.replicationFactor from s, the status from s and its summary.
 // Version becomes metadata.resourceVersion (the compare of the swap).
-func FromState(s replica.State, deleting bool) ReplicatedVolume {
-	sum := replica.Summarize(s, deleting)
+func FromState(s replica.State) ReplicatedVolume {
+	sum := replica.Summarize(s, s.Deleting)
 	rv := ReplicatedVolume{
 		TypeMeta:   metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(s.Volume), ResourceVersion: s.Version},
@@ -165,6 +168,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		ReplicationFactor: rv.Spec.ReplicationFactor,
 		Primary:           replica.Node(rv.Status.Primary),
 		Version:           rv.ResourceVersion,
+		Deleting:          rv.DeletionTimestamp != nil,
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

@@ -39,7 +39,7 @@ func TestStatusRoundTrips(t *testing.T) {
 		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true},
 		{Node: "c"},
 	}}
-	got, err := ToState(FromState(s, false))
+	got, err := ToState(FromState(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,16 +51,16 @@ func TestStatusRoundTrips(t *testing.T) {
 			t.Errorf("replica %d: %+v, want %+v", i, got.Replicas[i], s.Replicas[i])
 		}
 	}
-	rv := FromState(s, false)
+	rv := FromState(s)
 	if rv.Status.Phase != "Degraded" || rv.Status.ReadyReplicas != 1 || rv.Status.Newest != "ferry-4-9" || rv.Status.MaxLag != 9 {
 		t.Errorf("summary: %+v", rv.Status)
 	}
-	bad := FromState(s, false)
+	bad := FromState(s)
 	bad.Status.Replicas[0].SnapshotGUID = "0x12"
 	if _, err := ToState(bad); err == nil {
 		t.Error("a GUID that is no decimal number was accepted")
 	}
-	bad = FromState(s, false)
+	bad = FromState(s)
 	bad.Status.Replicas[2].Snapshot = -3
 	if _, err := ToState(bad); err == nil {
 		t.Error("a negative snapshot was accepted")

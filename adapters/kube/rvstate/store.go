@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -132,9 +133,10 @@ func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, er
 	if _, err := volume.ParseID("volume", string(st.Volume)); err != nil {
 		return replica.State{}, fmt.Errorf("create cluster state: %v: %w", err, ports.ErrInvalid)
 	}
-	st.Version = ""
-	rv := rvapi.FromState(st, false)
+	st.Version, st.Deleting = "", false
+	rv := rvapi.FromState(st)
 	rv.Labels = map[string]string{rvapi.LabelVolume: rvapi.Hash(st.Volume)}
+	rv.Finalizers = []string{rvapi.Finalizer}
 	for k, v := range s.labels {
 		rv.Labels[k] = v
 	}
@@ -173,7 +175,10 @@ func (s *Store) swap(ctx context.Context, expected string, next replica.State) (
 		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %v: %w", next.Volume, err, ports.ErrInvalid)
 	}
 	next.Version = expected
-	rv := rvapi.FromState(next, false)
+	if casloop.Removes(next) {
+		return s.release(ctx, next, expected)
+	}
+	rv := rvapi.FromState(next)
 	u, err := encode(rv)
 	if err != nil {
 		return replica.State{}, false, err
@@ -203,12 +208,71 @@ func (s *Store) swap(ctx context.Context, expected string, next replica.State) (
 	return st, true, nil
 }
 
+// Delete asks the API server to delete the object: the finalizer keeps
+// it, with a deletionTimestamp (State.Deleting), until its last replica
+// left; a state listing no replica is released at once. An object made
+// before the finalizer existed goes at once.
 func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 	if _, _, err := s.get(ctx, id); err != nil {
 		return err
 	}
 	err := s.rvs.Delete(ctx, rvapi.ObjectName(id), metav1.DeleteOptions{})
-	return apiError("delete cluster state of volume "+string(id), err)
+	if err := apiError("delete cluster state of volume "+string(id), err); err != nil {
+		return err
+	}
+	for range casloop.MaxAttempts {
+		st, _, err := s.get(ctx, id)
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case len(st.Replicas) > 0:
+			return nil // the last replica to leave releases it
+		}
+		if _, ok, err := s.release(ctx, st, st.Version); err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("delete cluster state of volume %s: gave up after %d attempts: %w", id, casloop.MaxAttempts, ports.ErrConflict)
+}
+
+// release removes Ferry's finalizer from the object of a volume being
+// deleted whose last replica left, if it is still at resourceVersion
+// expected: the API server then removes the object. The patch carries the
+// resourceVersion, so it is a compare-and-swap like the status writes.
+func (s *Store) release(ctx context.Context, next replica.State, expected string) (replica.State, bool, error) {
+	name := rvapi.ObjectName(next.Volume)
+	u, err := s.rvs.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return replica.State{}, false, nil // the loop's next read says ErrNotFound
+	case err != nil:
+		return replica.State{}, false, apiError("release cluster state of volume "+string(next.Volume), err)
+	case u.GetResourceVersion() != expected:
+		return replica.State{}, false, nil
+	}
+	var keep []string
+	for _, f := range u.GetFinalizers() {
+		if f != rvapi.Finalizer {
+			keep = append(keep, f)
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": expected, "finalizers": keep}})
+	if err != nil {
+		return replica.State{}, false, err
+	}
+	_, err = s.rvs.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		return replica.State{}, false, nil
+	case apierrors.IsNotFound(err):
+		return replica.State{}, false, nil
+	case err != nil:
+		return replica.State{}, false, apiError("release cluster state of volume "+string(next.Volume), err)
+	}
+	next.Version = ""
+	return next, true, nil
 }
 
 func encode(rv rvapi.ReplicatedVolume) (*unstructured.Unstructured, error) {
