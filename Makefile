@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-kubeapi
+.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-k8s test-kubeapi
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
 
@@ -94,6 +94,9 @@ BUSY_LOOPS ?= 2
 test-replication-loaded: build zfs-up ## test-replication while two busy loops saturate both cores (tests/scripts/busy.sh)
 	$(call REPLICATION_TESTS,tests/scripts/busy.sh $(BUSY_LOOPS))
 
+bench-idle: build zfs-up cluster-bins ## what idle replicas cost a node: 200 volume managers on one pool against a real API server, watching vs polling (CPU % of one core, MiB each)
+	go run ./tests/bench/idle -ferry $(BIN)/ferry $(BENCH_IDLE_FLAGS)
+
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
 	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer
 
@@ -114,5 +117,12 @@ sim: ## the replica simulation with more seeds (SEEDS=5000 STEPS=1500)
 test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real etcd and kube-apiserver on loopback (no cluster needed; builds them once)
 	$(GOTEST) -tags apiserver -count=1 -timeout 10m -v ./tests/kubeapi/ 2>&1 | tests/scripts/summarize-go-test.sh
 
-test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused
-	KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 20m -v ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
+# The cluster tests of replicated volumes (test-k8s) and the others
+# (test-cluster) share one package; each target runs its half.
+K8S_TESTS := ^Test(AReplicatedClaim|Draining)
+CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 30m -v $(1) ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
+test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
+	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)')
+
+test-k8s: ## replicated volumes on the running local cluster: ReplicatedVolume, ReplicaSet, budget, copies by checksum, scaling, a drain rebuilding on the third node (prints rebuild: MB/s), deletion leaving nothing
+	$(call CLUSTER_GOTEST,-run '$(K8S_TESTS)')

@@ -37,6 +37,9 @@ type ReplicatorConfig struct {
 	// Resync is how often an idle replica re-reads everything without
 	// being told of a change (0: DefaultResync); see Run.
 	Resync time.Duration
+	// Poll re-reads every tick even when the shared state can watch (the
+	// behaviour of stores that cannot; for comparisons).
+	Poll bool
 }
 
 // Replicator is the volume-manager use case: it feeds the replica machine
@@ -196,7 +199,7 @@ const DefaultResync = 5 * time.Minute
 // (poll every tick) when the store cannot watch or the watch fails.
 func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
 	w, ok := r.cluster.(ports.StateWatcher)
-	if !ok {
+	if !ok || r.cfg.Poll {
 		return nil
 	}
 	ch, err := w.Watch(ctx, r.cfg.Volume)

@@ -54,6 +54,7 @@ type Options struct {
 	ReplicaTemplate  string // daemon: the replica pods' template (YAML)
 	Tick             time.Duration
 	Resync           time.Duration
+	Watch            bool
 	SnapshotInterval time.Duration
 	AllowedLag       uint64
 	Keep             int
@@ -142,6 +143,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	kubeFlags(fs, o)
 	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides while it has work (idle, with --cluster-state kubernetes, it waits for a change of its ReplicatedVolume)")
 	fs.DurationVar(&o.Resync, "resync", app.DefaultResync, "how often an idle replica re-reads its state and pool although no change was notified")
+	fs.BoolVar(&o.Watch, "watch", true, "with --cluster-state kubernetes, wait for changes of the ReplicatedVolume while idle; false: re-read it every tick")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")

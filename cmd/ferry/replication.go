@@ -130,7 +130,7 @@ func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterStat
 	if err != nil {
 		return nil, err
 	}
-	cfg := app.ReplicatorConfig{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
+	cfg := app.ReplicatorConfig{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
 		MaxTransferRate: int64(o.MaxTransferRate)}
 	return app.NewReplicator(cfg, store, cluster, t, eventlog.Recorder{Log: log.Named("events")}, log), nil
 }
