@@ -63,6 +63,9 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if err := os.Mkdir(filepath.Join(dir, "api"), 0o700); err != nil {
+		return err
+	}
 	api, err := kubeapi.New(filepath.Join(dir, "api"))
 	if err != nil {
 		return err
@@ -140,8 +143,8 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 			return err
 		}
 		results[mode] = r
-		fmt.Printf("%-5s CPU %.1f%% of one core for %d volumes (volume managers and their zfs commands %.1f%%, zfs-fuse %.1f%%); %.2f%% per volume; memory per volume manager: median %.1f MiB, max %.1f MiB\n",
-			mode+":", r.total(), n, r.ferry, r.zfsFuse, r.total()/float64(n), r.rssMedian, r.rssMax)
+		fmt.Printf("%-5s CPU %.1f%% of one core for %d volumes (volume managers and their zfs commands %.1f%%, zfs-fuse %.1f%%); %.2f%% per volume; memory per volume manager: median %.1f MiB, max %.1f MiB (resident with the shared binary: %.1f MiB)\n",
+			mode+":", r.total(), n, r.ferry, r.zfsFuse, r.total()/float64(n), r.rssMedian, r.rssMax, r.totalMedian)
 	}
 	if w, p := results["watch"], results["poll"]; w.total() > 0 && p.total() > 0 {
 		fmt.Printf("idle: %.1f%% of one core for %d volumes (goal <= 20%%), %.1f MiB per replica (goal <= 20); polling every tick costs %.1fx as much\n",
@@ -150,7 +153,7 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 	return nil
 }
 
-type result struct{ ferry, zfsFuse, rssMedian, rssMax float64 }
+type result struct{ ferry, zfsFuse, rssMedian, rssMax, totalMedian float64 }
 
 func (r result) total() float64 { return r.ferry + r.zfsFuse }
 
@@ -193,20 +196,26 @@ func measure(ferry, mode string, ids []volume.ID, kubeconfig, pool string, certs
 		return result{}, err
 	}
 	elapsed := time.Since(start).Seconds()
-	var rss []float64
+	var rss, total []float64
 	for _, p := range procs {
-		kib, err := rssKiB(p.Process.Pid)
+		kib, err := rssKiB(p.Process.Pid, "RssAnon")
 		if err != nil {
 			return result{}, err
 		}
 		rss = append(rss, float64(kib)/1024)
+		if kib, err = rssKiB(p.Process.Pid, "VmRSS"); err != nil {
+			return result{}, err
+		}
+		total = append(total, float64(kib)/1024)
 	}
 	slices.Sort(rss)
+	slices.Sort(total)
 	return result{
-		ferry:     100 * (after[0] - before[0]) / elapsed,
-		zfsFuse:   100 * (after[1] - before[1]) / elapsed,
-		rssMedian: rss[len(rss)/2],
-		rssMax:    rss[len(rss)-1],
+		ferry:       100 * (after[0] - before[0]) / elapsed,
+		zfsFuse:     100 * (after[1] - before[1]) / elapsed,
+		rssMedian:   rss[len(rss)/2],
+		rssMax:      rss[len(rss)-1],
+		totalMedian: total[len(total)/2],
 	}, nil
 }
 
@@ -262,13 +271,16 @@ func cpuSeconds(pid int, children bool) (float64, error) {
 	return sum, nil
 }
 
-func rssKiB(pid int) (int, error) {
+// rssKiB reads a field of /proc/<pid>/status: RssAnon is what counts as a
+// volume manager's own memory (heap, stacks); VmRSS adds the pages of the
+// binary it touched, which every volume manager on the node shares.
+func rssKiB(pid int, field string) (int, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 		}
 	}
