@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -96,6 +96,9 @@ test-replication-loaded: build zfs-up ## test-replication while two busy loops s
 
 bench-idle: build zfs-up cluster-bins ## what idle replicas cost a node: 200 volume managers on one pool against a real API server, watching vs polling (CPU % of one core, MiB each)
 	go run ./tests/bench/idle -ferry $(BIN)/ferry $(BENCH_IDLE_FLAGS)
+
+bench-provision: ## on the running local cluster: 100 Immediate claims at once until Bound (provisioned: PVCs/s), ReplicatedVolume writes per volume per snapshot interval, deletion
+	go run ./tests/bench/provision $(BENCH_PROVISION_FLAGS)
 
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
 	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer

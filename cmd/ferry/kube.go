@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ferry-csi/ferry/adapters/csi"
+	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
@@ -44,7 +46,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), log.Named("adopt"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			if o.PeerAdvertise != "" {
@@ -57,6 +59,19 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 			} else {
 				done <- struct{}{}
 			}
+			go func() {
+				// Immediate claims: every daemon selects the same node for
+				// each (orchestration.Binder), no leader.
+				defer func() { done <- struct{}{} }()
+				cl, err := claims.Start(ctx, kube, o.DriverName, csi.TopologyKey)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Error("Immediate claims will not be placed", zap.Error(err))
+					}
+					return
+				}
+				orchestration.NewBinder(cl, log.Named("bind")).Run(ctx, o.PlacementPeriod)
+			}()
 			go func() {
 				defer func() { done <- struct{}{} }()
 				t := time.NewTicker(o.PlacementPeriod)
@@ -83,6 +98,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		},
 		OnStop: func(context.Context) error {
 			cancel()
+			<-done
 			<-done
 			<-done
 			return nil

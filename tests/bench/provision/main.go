@@ -1,0 +1,263 @@
+// Command provision measures provisioning on the running local cluster
+// (make cluster-up cluster-deploy): N claims of an Immediate StorageClass
+// created at once, no pods, timed until every one is Bound; then, for the
+// replicated class, the API server writes Ferry's volumes make in steady
+// state (ReplicatedVolume writes per volume per snapshot interval, from
+// the API server's own request counters); then everything is deleted and
+// timed until no ReplicatedVolume is left. Not a pass/fail test: `make
+// bench-provision`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+var rvGVR = schema.GroupVersionResource{Group: "ferry.zfs.csi.io", Version: "v1alpha1", Resource: "replicatedvolumes"}
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", envOr("KUBECONFIG", "/var/lib/ferry-e2e/kubeconfig"), "the cluster's kubeconfig")
+	n := flag.Int("claims", 100, "claims created at once")
+	rfs := flag.String("replication-factors", "1,2", "the classes' defaultReplicationFactor, one run each")
+	interval := flag.Duration("snapshot-interval", 10*time.Second, "the classes' snapshotInterval")
+	intervals := flag.Int("steady-intervals", 3, "snapshot intervals over which writes are counted")
+	flag.Parse()
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // the bench measures Ferry, not its own client
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	for _, f := range strings.Split(*rfs, ",") {
+		rf, err := strconv.Atoi(f)
+		if err != nil {
+			fail(err)
+		}
+		if err := run(kube, dyn, *n, rf, *interval, *intervals); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval time.Duration, intervals int) error {
+	ctx := context.Background()
+	class := fmt.Sprintf("ferry-bench-rf%d", rf)
+	immediate := storagev1.VolumeBindingImmediate
+	del := corev1.PersistentVolumeReclaimDelete
+	_ = kube.StorageV1().StorageClasses().Delete(ctx, class, metav1.DeleteOptions{})
+	if _, err := kube.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "ferry.zfs.csi.io", VolumeBindingMode: &immediate, ReclaimPolicy: &del,
+		Parameters: map[string]string{"defaultReplicationFactor": strconv.Itoa(rf), "snapshotInterval": interval.String()},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() { _ = kube.StorageV1().StorageClasses().Delete(ctx, class, metav1.DeleteOptions{}) }()
+	ns := fmt.Sprintf("ferry-bench-%d", time.Now().UnixNano()%1e6)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() { _ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%03d", i)},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: &class,
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
+				},
+			}, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	bound := 0
+	deadline := time.Now().Add(10 * time.Minute)
+	for bound < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("rf %d: only %d of %d claims Bound after 10 minutes", rf, bound, n)
+		}
+		l, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		bound = 0
+		for _, c := range l.Items {
+			if c.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	took := time.Since(start)
+	fmt.Printf("provisioned: %.1f PVCs/s (defaultReplicationFactor %d: %d claims Bound in %.1f s, no pods)\n", float64(n)/took.Seconds(), rf, n, took.Seconds())
+
+	if rf > 1 {
+		if err := steadyWrites(ctx, kube, dyn, n, rf, interval, intervals); err != nil {
+			return err
+		}
+	}
+
+	start = time.Now()
+	if err := kube.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	deadline = time.Now().Add(10 * time.Minute)
+	for {
+		pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, pv := range pvs.Items {
+			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+				left++
+			}
+		}
+		rvs, err := dyn.Resource(rvGVR).List(ctx, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if rvs != nil {
+			left += len(rvs.Items)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("rf %d: %d volumes or ReplicatedVolumes left 10 minutes after the claims' deletion", rf, left)
+		}
+		time.Sleep(time.Second)
+	}
+	fmt.Printf("deleted: %d volumes (and every copy) in %.1f s\n", n, time.Since(start).Seconds())
+	return nil
+}
+
+// steadyWrites waits until every volume has rf ready copies, then counts
+// the API server's writes to ReplicatedVolumes over the given intervals.
+func steadyWrites(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval time.Duration, intervals int) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		l, err := dyn.Resource(rvGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, u := range l.Items {
+			if r, _, _ := unstructuredInt(u.Object, "status", "readyReplicas"); r >= int64(rf) {
+				ready++
+			}
+		}
+		if ready >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d replicated volumes have %d ready copies after 10 minutes", ready, n, rf)
+		}
+		time.Sleep(time.Second)
+	}
+	before, err := rvWrites(ctx, kube)
+	if err != nil {
+		return err
+	}
+	window := time.Duration(intervals) * interval
+	time.Sleep(window)
+	after, err := rvWrites(ctx, kube)
+	if err != nil {
+		return err
+	}
+	perVolume := (after - before) / float64(n) / float64(intervals)
+	fmt.Printf("apiserver writes: %.2f per volume per snapshot interval (ReplicatedVolume writes, %d volumes of %d copies, no pods writing, over %s; goal <= 1)\n",
+		perVolume, n, rf, window)
+	return nil
+}
+
+// rvWrites sums the API server's counters of write requests to
+// ReplicatedVolumes (apiserver_request_total).
+func rvWrites(ctx context.Context, kube kubernetes.Interface) (float64, error) {
+	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="replicatedvolumes"`) {
+			continue
+		}
+		verb := ""
+		for _, v := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+			if strings.Contains(line, `verb="`+v+`"`) {
+				verb = v
+			}
+		}
+		if verb == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
+	cur := any(obj)
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0, false, nil
+		}
+		cur = m[p]
+	}
+	switch v := cur.(type) {
+	case int64:
+		return v, true, nil
+	case float64:
+		return int64(v), true, nil
+	}
+	return 0, false, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench-provision:", err)
+	os.Exit(1)
+}
