@@ -77,8 +77,17 @@ start() {
   fi
   mkdir -p "$RUN" "$LOGS"
   setsid "$@" </dev/null >>"$LOGS/$name.log" 2>&1 &
-  echo $! >"$RUN/$name.pid"
-  log "$name started (pid $!)"
+  local pid=$! i
+  echo "$pid" >"$RUN/$name.pid"
+  # Until the forked shell has exec'd, its command line is this script's,
+  # which pid_of does not trust: a wait_for right now would take the
+  # process for exited (seen on a loaded machine, with an empty log).
+  for ((i = 0; i < 300; i++)); do
+    running "$name" && break
+    alive "$pid" || break
+    sleep 0.05
+  done
+  log "$name started (pid $pid)"
 }
 
 # start_in_node NODE NAME CMD...: the same, inside the node's network namespace.
