@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -462,4 +464,26 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "DiscardBlocked", Message: msg})
 	}
 	return fmt.Errorf("%s: %w", msg, replica.ErrUnsafe)
+}
+
+// LeaveHere runs the safe-deletion protocol for node's copy of volume id
+// in this process, with no volume manager running for it (the node's
+// daemon, for a copy found without a pod: orchestration.Adopter): nil
+// once the copy is destroyed and its entry removed, replica.ErrUnsafe
+// (wrapped) when the rule keeps the copy. It transfers nothing.
+func LeaveHere(ctx context.Context, node replica.Node, id volume.ID, store ports.SnapshotStore, cluster ports.ClusterState, events ports.EventRecorder, log *zap.Logger) error {
+	r := NewReplicator(ReplicatorConfig{Node: node, Volume: id, Tick: time.Second, SnapshotInterval: time.Second, Keep: 1},
+		store, cluster, noTransport{}, events, log)
+	return r.Terminate(ctx, false)
+}
+
+// noTransport reaches no peer: a leaving replica fetches nothing.
+type noTransport struct{}
+
+func (noTransport) Snapshots(context.Context, replica.Node, volume.ID) ([]ports.SnapshotInfo, error) {
+	return nil, fmt.Errorf("a leaving replica reads no peer: %w", ports.ErrUnavailable)
+}
+
+func (noTransport) Fetch(context.Context, replica.Node, ports.SendRequest) (io.ReadCloser, error) {
+	return nil, fmt.Errorf("a leaving replica fetches nothing: %w", ports.ErrUnavailable)
 }

@@ -23,12 +23,19 @@ type Adopter struct {
 	store    ports.SnapshotStore
 	cluster  ports.ClusterState
 	workload ports.ReplicaWorkload
+	leave    LeaveFunc
 	log      *zap.Logger
 }
 
+// LeaveFunc runs the safe-deletion protocol for this node's copy of a
+// volume, here, as a terminating volume manager would (app.Replicator's
+// Terminate): nil once the copy is destroyed and its entry gone,
+// replica.ErrUnsafe (wrapped) when the rule keeps the copy.
+type LeaveFunc func(ctx context.Context, id volume.ID) error
+
 // NewAdopter returns the adopter of node.
-func NewAdopter(node replica.Node, store ports.SnapshotStore, cluster ports.ClusterState, w ports.ReplicaWorkload, log *zap.Logger) *Adopter {
-	return &Adopter{node: node, store: store, cluster: cluster, workload: w, log: log}
+func NewAdopter(node replica.Node, store ports.SnapshotStore, cluster ports.ClusterState, w ports.ReplicaWorkload, leave LeaveFunc, log *zap.Logger) *Adopter {
+	return &Adopter{node: node, store: store, cluster: cluster, workload: w, leave: leave, log: log}
 }
 
 // Sync looks at every local copy once; it returns the volumes whose pod
@@ -81,6 +88,17 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 		return false, nil
 	}
 	d := placement.Adopt(st, a.node, ws.Secondaries, ws.Running)
+	if d.Leave {
+		err := a.leave(ctx, id)
+		if err == nil {
+			a.log.Info("destroyed a local copy without a pod", zap.String("volume", string(id)), zap.String("reason", d.Reason))
+			return false, nil
+		}
+		if !d.Start {
+			return false, fmt.Errorf("leaving: %w", err)
+		}
+		a.log.Info("a local copy without a pod is kept", zap.String("volume", string(id)), zap.Error(err))
+	}
 	if !d.Start {
 		return false, nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -62,11 +63,76 @@ func TestTheAdopterRestartsListedCopiesRaisingTheWorkloadFirst(t *testing.T) {
 	w.EXPECT().Status(gomock.Any(), volume.ID("run"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1, OnNode: true}, nil)
 	w.EXPECT().Apply(gomock.Any(), volume.ID("run"), gomock.Any(), gomock.Any()).Return(nil)
 
-	started, err := orchestration.NewAdopter("b", store, states, w, zap.NewNop()).Sync(ctx)
+	started, err := orchestration.NewAdopter("b", store, states, w, leaveHere("b", store, states), zap.NewNop()).Sync(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(started) != 2 || started[0] != "pri" || started[1] != "sec" {
 		t.Fatalf("started %v, want [pri sec]", started)
+	}
+}
+
+func leaveHere(node replica.Node, store ports.SnapshotStore, states ports.ClusterState) orchestration.LeaveFunc {
+	return func(ctx context.Context, id volume.ID) error {
+		return app.LeaveHere(ctx, node, id, store, states, nopEvents{}, zap.NewNop())
+	}
+}
+
+type nopEvents struct{}
+
+func (nopEvents) Record(context.Context, volume.ID, ports.Event) {}
+
+// A copy found without a pod leaves where it is, with no pod the
+// ReplicaSet would delete at once: the copy of a volume being deleted, and
+// a secondary's surplus copy the safe-deletion rule lets go (the
+// ReplicaSet runs every secondary wanted, and two others hold its
+// snapshot).
+func TestTheAdopterDestroysCopiesThatNeedNoPodWithoutStartingOne(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	states := fakecluster.New()
+	mk := func(id volume.ID, st replica.State) {
+		if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB}); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := store.CreateSnapshot(ctx, id, "ferry-1-2", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Volume = id
+		for i := range st.Replicas {
+			if st.Replicas[i].Snapshot == 2 {
+				st.Replicas[i].SnapshotGUID = snap.GUID
+			}
+		}
+		if _, err := states.Create(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("surplus", replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 2, SnapshotEpoch: 1, Active: true}, {Node: "b", Snapshot: 2, SnapshotEpoch: 1, Ready: true},
+		{Node: "c", Snapshot: 2, SnapshotEpoch: 1, Ready: true}}})
+	mk("deleted", replica.State{ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 2, SnapshotEpoch: 1, Active: true}, {Node: "b", Snapshot: 2, SnapshotEpoch: 1, Ready: true}}})
+	if err := states.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := gomock.NewController(t)
+	w := mocks.NewMockReplicaWorkload(ctrl) // no Scale, no StartReplica
+	w.EXPECT().Status(gomock.Any(), volume.ID("surplus"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1}, nil)
+	w.EXPECT().Status(gomock.Any(), volume.ID("deleted"), replica.Node("b")).Return(ports.WorkloadStatus{}, nil)
+	started, err := orchestration.NewAdopter("b", store, states, w, leaveHere("b", store, states), zap.NewNop()).Sync(ctx)
+	if err != nil || len(started) != 0 {
+		t.Fatalf("started %v, %v; want none", started, err)
+	}
+	for _, id := range []volume.ID{"surplus", "deleted"} {
+		if _, err := store.GetVolume(ctx, id); err == nil {
+			t.Errorf("b's copy of %s is still there", id)
+		}
+		if st, err := states.Get(ctx, id); err == nil {
+			if _, listed := st.Replica("b"); listed {
+				t.Errorf("b is still listed for %s", id)
+			}
+		}
 	}
 }

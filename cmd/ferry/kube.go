@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-csi/ferry/adapters/csi"
+	"github.com/ferry-csi/ferry/adapters/eventlog"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
@@ -18,6 +19,7 @@ import (
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -43,7 +45,11 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		if err != nil {
 			return err
 		}
-		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), log.Named("adopt"))
+		events := eventlog.Recorder{Log: log.Named("events")}
+		leave := func(ctx context.Context, id volume.ID) error {
+			return app.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
+		}
+		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), leave, log.Named("adopt"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)

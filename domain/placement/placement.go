@@ -94,9 +94,18 @@ func Usable(s replica.State, node replica.Node) bool {
 }
 
 // Adoption is the answer for a copy a node found in its pool with no pod
-// running for it (after a daemon or node restart).
+// running for it (after a daemon or node restart, a drain, an eviction).
 type Adoption struct {
-	// Start says to start a pod for the copy.
+	// Leave says to run the safe-deletion protocol for the copy first,
+	// where it is, without a pod: the volume is being deleted (the copy
+	// goes), or the ReplicaSet already runs every secondary it wants, so
+	// the copy is surplus and goes if the safe-deletion rule allows it. A
+	// pod started for a surplus copy would be the ReplicaSet's surplus
+	// and deleted at once, before its volume manager could leave: the
+	// copy would stay listed for ever.
+	Leave bool
+	// Start says to start a pod for the copy (after Leave, only if the
+	// rule kept the copy: it holds data the others need).
 	Start bool
 	// RaiseTo, when above the ReplicaSet's current replicas, is the scale
 	// to set before the pod is created: a ReplicaSet adopts a matching pod
@@ -107,22 +116,21 @@ type Adoption struct {
 
 // Adopt decides for the copy on node. current is the ReplicaSet's replicas
 // now and running the number of its pods that exist (not terminating). A
-// copy listed in the state gets a pod: it is one of the volume's replicas,
-// and its data is counted by the safe-deletion rule. Its pod joins the
-// ReplicaSet, which is raised first if all its pods already exist; the
-// replica machine then decides (leave by the safe-deletion rule when there
-// are more copies than wanted). A copy the state does not list is not
-// started: it left the volume, or never joined; the volume manager of a
-// listed replica never needs it.
+// copy the state does not list is not started: it left the volume, or
+// never joined; the volume manager of a listed replica never needs it. A
+// listed copy of a volume being deleted leaves (its copy is destroyed). A
+// listed copy is otherwise one of the volume's replicas, counted by the
+// safe-deletion rule: the active primary's pod is started outside the
+// ReplicaSet; a secondary's pod joins the ReplicaSet, raised first if all
+// its pods already exist, unless the ReplicaSet already runs the
+// secondaries it wants: the copy then tries to leave first.
 func Adopt(s replica.State, node replica.Node, current, running int) Adoption {
 	r, ok := s.Replica(node)
 	if !ok {
 		return Adoption{Reason: fmt.Sprintf("%s is not in the volume's replica list", node)}
 	}
 	if s.Deleting {
-		// Its volume manager destroys the copy and leaves the list; the
-		// ReplicaSet is not raised (it is scaled to nothing).
-		return Adoption{Start: true, RaiseTo: current, Reason: fmt.Sprintf("the volume is being deleted: %s's copy is destroyed", node)}
+		return Adoption{Leave: true, Reason: fmt.Sprintf("the volume is being deleted: %s's copy is destroyed", node)}
 	}
 	if r.Active {
 		return Adoption{Start: true, RaiseTo: current, Reason: fmt.Sprintf("%s is the active primary; its pod stays outside the ReplicaSet", node)}
@@ -131,5 +139,10 @@ func Adopt(s replica.State, node replica.Node, current, running int) Adoption {
 	if running >= current {
 		raise = running + 1
 	}
-	return Adoption{Start: true, RaiseTo: raise, Reason: fmt.Sprintf("%s holds snapshot %d of epoch %d", node, r.Snapshot, r.SnapshotEpoch)}
+	held := fmt.Sprintf("%s holds snapshot %d of epoch %d", node, r.Snapshot, r.SnapshotEpoch)
+	if running >= Desired(s).Secondaries {
+		return Adoption{Leave: true, Start: true, RaiseTo: raise,
+			Reason: fmt.Sprintf("%s; the ReplicaSet runs the %d secondaries wanted: the copy leaves if the safe-deletion rule allows it", held, running)}
+	}
+	return Adoption{Start: true, RaiseTo: raise, Reason: held}
 }

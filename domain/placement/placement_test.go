@@ -101,17 +101,33 @@ func TestAdopt(t *testing.T) {
 	}
 }
 
-func TestAVolumeBeingDeletedIsUsableNowhereAndItsListedCopiesStartOnlyToLeave(t *testing.T) {
+func TestAVolumeBeingDeletedIsUsableNowhereAndItsListedCopiesLeaveWithoutAPod(t *testing.T) {
 	s := state(2, rep("a", 5, true, false), rep("b", 5, true, false))
 	s.Deleting = true
 	if u := UsableOn(s); len(u) != 0 {
 		t.Fatalf("a volume being deleted is usable on %v", u)
 	}
 	d := Adopt(s, "b", 0, 0)
-	if !d.Start || d.RaiseTo != 0 {
-		t.Fatalf("Adopt for a copy of a volume being deleted = %+v: want its pod started (to destroy it) and the ReplicaSet left at 0", d)
+	if !d.Leave || d.Start {
+		t.Fatalf("Adopt for a copy of a volume being deleted = %+v: want it to leave where it is, no pod (the ReplicaSet, at 0, would delete one at once)", d)
 	}
 	if d := Adopt(s, "c", 0, 0); d.Start {
 		t.Fatalf("an unlisted copy was started: %+v", d)
+	}
+}
+
+// A secondary's copy found without a pod while the ReplicaSet already runs
+// every secondary wanted (after a drain rebuilt it elsewhere) leaves if
+// the rule allows, instead of a pod the ReplicaSet would delete at once;
+// one the ReplicaSet misses is started, the ReplicaSet raised first.
+func TestASurplusCopyLeavesAndAMissingOneStarts(t *testing.T) {
+	s := state(2, rep("a", 9, true, true), rep("b", 2, true, false), rep("c", 9, true, false))
+	d := Adopt(s, "b", 1, 1)
+	if !d.Leave || !d.Start || d.RaiseTo != 2 {
+		t.Fatalf("surplus copy: %+v, want leave (and start raised to 2 if the rule keeps it)", d)
+	}
+	d = Adopt(s, "b", 1, 0)
+	if d.Leave || !d.Start || d.RaiseTo != 1 {
+		t.Fatalf("copy the ReplicaSet misses: %+v, want a pod, no leave", d)
 	}
 }
