@@ -23,6 +23,8 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"patch", "nodes", "", true},
 			{"create", "replicatedvolumes.ferry.zfs.csi.io", "", true},
 			{"update", "replicatedvolumes.ferry.zfs.csi.io/status", "", true},
+			{"delete", "replicatedvolumes.ferry.zfs.csi.io", "", true},
+			{"patch", "replicatedvolumes.ferry.zfs.csi.io", "", true}, // only the finalizer: admission-replicatedvolumes.yaml
 			{"create", "replicasets.apps", "ferry-system", true},
 			{"create", "poddisruptionbudgets.policy", "ferry-system", true},
 			{"create", "pods", "ferry-system", true},
@@ -44,6 +46,7 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"update", "replicatedvolumes.ferry.zfs.csi.io/status", "", true},
 			{"get", "leases.coordination.k8s.io", "ferry-system", true},
 			{"create", "events", "ferry-system", true},
+			{"patch", "replicatedvolumes.ferry.zfs.csi.io", "", true}, // only the finalizer: admission-replicatedvolumes.yaml
 			{"update", "replicatedvolumes.ferry.zfs.csi.io", "", false},
 			{"delete", "replicatedvolumes.ferry.zfs.csi.io", "", false},
 			{"update", "leases.coordination.k8s.io", "ferry-system", false},

@@ -118,6 +118,12 @@ func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(
 		}
 	}
 
+	// Deleting it by hand would destroy every copy: the admission policy
+	// refuses it, even to the cluster's administrator, and says what to do.
+	if out, err := kubectl(t, "", "delete", "rv", vol, "--dry-run=server"); err == nil || !strings.Contains(err.Error(), "delete its PersistentVolumeClaim") {
+		t.Fatalf("kubectl delete rv by an administrator: %s %v; want a refusal naming the claim", out, err)
+	}
+
 	// Scaling by editing the resource: a third copy catches up; back to
 	// two, one secondary leaves and destroys its copy (the safe-deletion
 	// rule allows it: two others hold the newest snapshot).
