@@ -310,8 +310,13 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 		// ReplicatedVolume, and with it its pods, until then).
 		switch err := c.cluster.Delete(ctx, id); {
 		case err == nil:
-			c.log.Info("replicated volume deleting: each replica destroys its copy", zap.String("volume", string(id)))
-			return nil
+			if _, err := c.cluster.Get(ctx, id); !errors.Is(err, ports.ErrNotFound) {
+				c.log.Info("replicated volume deleting: each replica destroys its copy", zap.String("volume", string(id)))
+				return nil
+			}
+			// A state listing no replica goes at once (a creation
+			// interrupted before its first entry): the local copy is
+			// nobody's to destroy but this call's.
 		case !errors.Is(err, ports.ErrNotFound):
 			return fmt.Errorf("delete volume %s: its shared state: %w", id, err)
 		}

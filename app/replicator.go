@@ -149,11 +149,17 @@ func (r *Replicator) Run(ctx context.Context) error {
 	// tick and volume. A request (snapshot now, release) ends the wait; a
 	// change does not (the replica's own writes are changes too).
 	skip, failed, urgent := 0, 0, false
-	changed, incomplete, since := true, false, resyncTicks
+	// sinceFull counts the ticks since the last full read (state and
+	// pool), whatever happened in between: the resync bounds what a lost
+	// notification or a stale listing can cost, busy or idle.
+	changed, incomplete, sinceFull := true, false, resyncTicks
 	for {
-		if urgent || skip == 0 && (changes == nil || changed || incomplete || since >= resyncTicks || r.m.Wake() == 0) {
-			full := since >= resyncTicks
-			changed, since = false, 0
+		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0) {
+			full := sinceFull >= resyncTicks
+			changed = false
+			if full {
+				sinceFull = 0
+			}
 			var failedNow bool
 			failedNow, incomplete = r.settle(ctx, full)
 			if failedNow {
@@ -169,7 +175,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			_ = r.m.Step(replica.Tick{})
-			since++
+			sinceFull++
 			if skip > 0 {
 				skip--
 			}
@@ -275,6 +281,9 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
+	// The state first: a state that contradicts the machine's view of
+	// the pool makes it stale (NeedsLocal), and the pool is listed now.
+	_ = r.m.Step(replica.Observed{State: st})
 	if full || r.m.NeedsLocal() {
 		local, hasData, err := r.local(ctx)
 		if err != nil {
@@ -282,7 +291,6 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		}
 		_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
 	}
-	_ = r.m.Step(replica.Observed{State: st})
 	r.mu.Lock()
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready

@@ -328,7 +328,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		return err
 	}
 	if a.VolumeGone {
-		return r.leaveDeleted(ctx)
+		return r.leaveDeleted(ctx, a.Holds)
 	}
 	var verdict replica.DeletionVerdict
 	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
@@ -338,10 +338,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 	})
 	if errors.Is(err, ports.ErrNotFound) {
 		// The volume was deleted: replica.CanDestroyOrphan.
-		verdict, err = replica.CanDestroyOrphan(a.Holds), nil
-		if !verdict.Allowed {
-			err = fmt.Errorf("%s: %w", verdict.Reason, replica.ErrUnsafe)
-		}
+		return r.destroyOrphan(ctx, a.Holds)
 	}
 	if err != nil {
 		r.log.Warn("keeping the local copy", zap.String("reason", verdict.Reason), zap.Error(err))
@@ -373,12 +370,13 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 // removes its entry (replica.Leave on a Deleting state): in this order, a
 // crash in between leaves an entry without a copy, which the next volume
 // manager removes, never a copy nobody lists. The last entry's removal
-// removes the state (ports.ClusterState.Delete).
-func (r *Replicator) leaveDeleted(ctx context.Context) error {
+// removes the state (ports.ClusterState.Delete). A state gone meanwhile
+// (its finalizer removed by hand) leaves the copy to the orphan rule.
+func (r *Replicator) leaveDeleted(ctx context.Context, holds replica.Holding) error {
 	st, err := r.cluster.Get(ctx, r.cfg.Volume)
 	switch {
 	case errors.Is(err, ports.ErrNotFound):
-		return nil // the last entry is gone, and with it the state: nothing to leave
+		return r.destroyOrphan(ctx, holds)
 	case err != nil:
 		return err
 	case !st.Deleting:
@@ -387,14 +385,42 @@ func (r *Replicator) leaveDeleted(ctx context.Context) error {
 	if err := r.store.DestroyVolume(ctx, r.cfg.Volume); err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return fmt.Errorf("destroying the copy of a deleted volume: %w", err)
 	}
-	_, err = r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
-		_, err := replica.Leave(s, r.cfg.Node, replica.Holding{}, true)
-		return err
-	})
-	if err != nil && !errors.Is(err, ports.ErrNotFound) {
-		return fmt.Errorf("leaving the list of a deleted volume (its copy is destroyed): %w", err)
+	// The copy is gone: the entry must follow, or the volume's object
+	// waits for ever. A failed write is retried for a while, even past a
+	// stop's deadline.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		_, err = r.cluster.Update(wctx, r.cfg.Volume, func(s *replica.State) error {
+			_, err := replica.Leave(s, r.cfg.Node, replica.Holding{}, true)
+			return err
+		})
+		if err == nil || errors.Is(err, ports.ErrNotFound) {
+			break
+		}
+		r.log.Warn("the copy of a deleted volume is destroyed, its entry not yet removed; retrying", zap.Error(err))
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("leaving the list of a deleted volume (its copy is destroyed): %w", err)
+		case <-time.After(wait):
+		}
 	}
 	r.log.Info("local copy destroyed", zap.String("reason", "the volume is being deleted"))
+	return nil
+}
+
+// destroyOrphan applies replica.CanDestroyOrphan to a copy whose volume's
+// state no longer exists, and destroys it if allowed.
+func (r *Replicator) destroyOrphan(ctx context.Context, holds replica.Holding) error {
+	verdict := replica.CanDestroyOrphan(holds)
+	if !verdict.Allowed {
+		r.log.Warn("keeping the local copy", zap.String("reason", verdict.Reason))
+		return fmt.Errorf("%s: %w", verdict.Reason, replica.ErrUnsafe)
+	}
+	if err := r.store.DestroyVolume(ctx, r.cfg.Volume); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return err
+	}
+	r.log.Info("local copy destroyed", zap.String("reason", verdict.Reason))
 	return nil
 }
 

@@ -38,12 +38,17 @@ type Objects struct {
 }
 
 // Desired computes the objects for s. While the volume is being deleted
-// (s.Deleting) no secondary is wanted (each replica destroys its copy and
-// leaves; a scale-down's SIGTERM does the same), none is protected, and
-// the volume is usable nowhere.
+// (s.Deleting) the pods stay (each replica's volume manager destroys its
+// copy and leaves the list, retrying until it has; the pods go with the
+// volume's object once the last one left), none is protected from a
+// drain, and the volume is usable nowhere.
 func Desired(s replica.State) Objects {
 	if s.Deleting {
-		return Objects{}
+		o := s
+		o.Deleting = false
+		d := Desired(o)
+		d.MinAvailable, d.UsableOn = 0, nil
+		return d
 	}
 	active := false
 	for _, r := range s.Replicas {

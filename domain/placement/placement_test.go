@@ -50,8 +50,8 @@ func TestDesired(t *testing.T) {
 			Objects{Secondaries: 1, MinAvailable: 0, UsableOn: []replica.Node{"a"}}},
 		{"rf 3, idle", state(3, rep("a", 9, true, false), rep("b", 9, true, false), rep("c", 9, true, false)), false,
 			Objects{Secondaries: 3, MinAvailable: 2, UsableOn: []replica.Node{"a", "b", "c"}}},
-		{"deleting: nothing wanted, usable nowhere", state(2, rep("a", 5, true, false), rep("b", 5, true, false)), true,
-			Objects{}},
+		{"deleting: the pods stay until their copies are gone, none protected, usable nowhere", state(2, rep("a", 5, true, false), rep("b", 5, true, false)), true,
+			Objects{Secondaries: 2}},
 	}
 	for _, c := range cases {
 		c.s.Deleting = c.deleting

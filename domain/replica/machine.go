@@ -242,6 +242,13 @@ func (m *Machine) Step(ev Event) error {
 			break
 		}
 		m.state, m.haveState, m.seenEpoch = e.State, true, e.State.Epoch
+		if self, listed := e.State.Replica(m.cfg.Self); m.haveLocal && (!listed || self.Holds() != m.newestLocal()) {
+			// The list disagrees with what the pool was last seen to hold:
+			// something other than this machine may have changed the
+			// pool (another leaver destroyed the copy): list it again
+			// before reporting anything from it.
+			m.haveLocal = false
+		}
 		if e.State.Deleting {
 			// The volume is being deleted: this replica goes with it.
 			m.terminating, m.volumeGone = true, true
@@ -414,6 +421,9 @@ func (m *Machine) Next() (Action, bool) {
 // a machine waiting for a retry must (a release, a termination or a
 // forgotten fetch always has an action, so it never settles).
 func (m *Machine) Wake() int {
+	if m.left {
+		return -1 // nothing more to decide, whatever changes
+	}
 	if !m.settled {
 		return 0
 	}
@@ -426,9 +436,12 @@ func (m *Machine) Wake() int {
 }
 
 // NeedsLocal reports whether the machine's view of the local store is
-// stale (never read, or changed by its own action since): the caller
-// lists the store before the next decision. Nothing but the machine's own
-// actions changes a replica's replication snapshots.
+// stale (never read, changed by its own action since, or contradicted by
+// its entry in the shared state): the caller lists the store before the
+// next decision. Only the machine's own actions change a replica's
+// replication snapshots while its entry agrees with them; another leaver
+// (the daemon's, for a copy it found without a pod) changes the entry
+// first.
 func (m *Machine) NeedsLocal() bool { return !m.haveLocal }
 
 func (m *Machine) decide() Action {

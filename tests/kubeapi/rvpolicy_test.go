@@ -76,6 +76,24 @@ func TestOnlyFerryDeletesAReplicatedVolumeAndTheFinalizerHoldsItUntilTheLastCopy
 		t.Fatal("a replica pod deleted a ReplicatedVolume")
 	}
 
+	// A replica pod may not mark it for deletion.
+	if err := patch("mark it", `{"metadata":{"annotations":{"ferry.zfs.csi.io/delete":"true"}}}`); err == nil || !strings.Contains(err.Error(), "only the node daemon marks") {
+		t.Errorf("a replica pod marked a ReplicatedVolume for deletion: %v", err)
+	}
+	// A deletion without Ferry's mark (as the CRD's deletion does) makes
+	// nobody destroy anything: the state is not Deleting.
+	other := st
+	other.Volume = "pvc-nomark"
+	if _, err := s.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeDyn.Resource(rvapi.GVR).Delete(ctx, "pvc-nomark", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "pvc-nomark"); err != nil || got.Deleting {
+		t.Fatalf("a ReplicatedVolume deleted without Ferry's mark reads %+v, %v; want it not Deleting", got, err)
+	}
+
 	// The node daemon deletes it: the finalizer holds it, Deleting.
 	if err := s.Delete(ctx, "pvc-del"); err != nil {
 		t.Fatal(err)

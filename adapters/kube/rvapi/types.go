@@ -35,6 +35,12 @@ const (
 	// Finalizer holds a ReplicatedVolume being deleted until its last
 	// replica destroyed its copy and left (ports.ClusterState.Delete).
 	Finalizer = Group + "/replicas"
+	// DeleteIntent ("true") is set by Ferry's DeleteVolume before it
+	// deletes a ReplicatedVolume. A deletionTimestamp alone does not make
+	// the replicas destroy their copies: deleting the CRD deletes every
+	// instance without admission (kubectl delete -k deploy/, a CRD
+	// re-created on upgrade), and must not destroy every volume.
+	DeleteIntent = Group + "/delete"
 )
 
 // GVR is the resource's address for dynamic clients and informers.
@@ -168,7 +174,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		ReplicationFactor: rv.Spec.ReplicationFactor,
 		Primary:           replica.Node(rv.Status.Primary),
 		Version:           rv.ResourceVersion,
-		Deleting:          rv.DeletionTimestamp != nil,
+		Deleting:          rv.DeletionTimestamp != nil && rv.Annotations[DeleteIntent] == "true",
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

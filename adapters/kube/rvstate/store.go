@@ -208,15 +208,24 @@ func (s *Store) swap(ctx context.Context, expected string, next replica.State) (
 	return st, true, nil
 }
 
-// Delete asks the API server to delete the object: the finalizer keeps
-// it, with a deletionTimestamp (State.Deleting), until its last replica
-// left; a state listing no replica is released at once. An object made
-// before the finalizer existed goes at once.
+// Delete marks the object with Ferry's intent (rvapi.DeleteIntent) and
+// asks the API server to delete it: the finalizer keeps it, with a
+// deletionTimestamp (State.Deleting), until its last replica left; a
+// state listing no replica is released at once. An object made before the
+// finalizer existed goes at once.
 func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 	if _, _, err := s.get(ctx, id); err != nil {
 		return err
 	}
-	err := s.rvs.Delete(ctx, rvapi.ObjectName(id), metav1.DeleteOptions{})
+	intent, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{rvapi.DeleteIntent: "true"}}})
+	if err != nil {
+		return err
+	}
+	_, err = s.rvs.Patch(ctx, rvapi.ObjectName(id), types.MergePatchType, intent, metav1.PatchOptions{})
+	if err := apiError("mark cluster state of volume "+string(id)+" for deletion", err); err != nil {
+		return err
+	}
+	err = s.rvs.Delete(ctx, rvapi.ObjectName(id), metav1.DeleteOptions{})
 	if err := apiError("delete cluster state of volume "+string(id), err); err != nil {
 		return err
 	}
