@@ -39,6 +39,18 @@ func (c *countingStore) ListSnapshots(ctx context.Context, id volume.ID) ([]port
 	return c.Store.ListSnapshots(ctx, id)
 }
 
+// runIdle runs n's volume manager over its own view of the shared state
+// and store (snapshots only when asked) until the test ends.
+func (c *cluster) runIdle(n replica.Node, state ports.ClusterState, store ports.SnapshotStore) *app.Replicator {
+	r := app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+		store, state, c.net, c.events, zap.NewNop())
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(runCtx); close(done) }()
+	c.t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
 // An idle secondary reads nothing, neither the shared state nor its pool,
 // until the state changes; then it catches up at once. (Polling, it read
 // both every tick: 1 % of a core per idle volume here.)
@@ -49,12 +61,7 @@ func TestAnIdleSecondaryReadsNothingUntilTheStateChanges(t *testing.T) {
 	c.startWith("a", func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
 	state := &countingState{Store: c.state}
 	store := &countingStore{Store: c.stores["b"]}
-	b := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
-		store, state, c.net, c.events, zap.NewNop())
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	b := c.runIdle("b", state, store)
 
 	c.reps["a"].SnapshotNow()
 	caughtUp := func(content string) func() bool {

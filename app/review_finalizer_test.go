@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -45,12 +41,7 @@ func TestReviewAnEntryWhoseCopyWasDestroyedIsRemovedOnceTheAPIAnswers(t *testing
 	c.stop("b")
 	flaky := &failingUpdates{Store: c.state}
 	flaky.fails.Store(1 << 30) // nothing is written until the API is back
-	b := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
-		c.stores["b"], flaky, c.net, c.events, zap.NewNop())
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = b.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_ = c.runIdle("b", flaky, c.stores["b"])
 	if err := c.state.Delete(ctx, volID); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,8 @@
 package app_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-
-	"github.com/ferry-csi/ferry/app"
 )
 
 // REVIEW: a replica that left a volume being deleted (its copy destroyed)
@@ -25,12 +20,7 @@ func TestReviewAReplicaThatLeftReadsTheStateEveryTick(t *testing.T) {
 	c.stop("a")
 	c.stop("b") // b's node is down: its entry holds the deletion
 	state := &countingState{Store: c.state}
-	a := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
-		c.stores["a"], state, c.net, c.events, zap.NewNop())
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = a.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_ = c.runIdle("a", state, c.stores["a"])
 	if err := c.state.Delete(ctx, volID); err != nil {
 		t.Fatal(err)
 	}

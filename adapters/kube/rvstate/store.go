@@ -184,14 +184,8 @@ func (s *Store) swap(ctx context.Context, expected string, next replica.State) (
 		return replica.State{}, false, err
 	}
 	written, err := s.rvs.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-	switch {
-	case apierrors.IsConflict(err):
-		return replica.State{}, false, nil
-	case apierrors.IsNotFound(err):
-		// Deleted in between: the loop's next read says ErrNotFound.
-		return replica.State{}, false, nil
-	case err != nil:
-		return replica.State{}, false, apiError("update cluster state of volume "+string(next.Volume), err)
+	if lost, err := swapLost(err, "update cluster state of volume "+string(next.Volume)); lost || err != nil {
+		return replica.State{}, false, err
 	}
 	out, err := decode(written)
 	if err != nil {
@@ -272,16 +266,25 @@ func (s *Store) release(ctx context.Context, next replica.State, expected string
 		return replica.State{}, false, err
 	}
 	_, err = s.rvs.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	switch {
-	case apierrors.IsConflict(err):
-		return replica.State{}, false, nil
-	case apierrors.IsNotFound(err):
-		return replica.State{}, false, nil
-	case err != nil:
-		return replica.State{}, false, apiError("release cluster state of volume "+string(next.Volume), err)
+	if lost, err := swapLost(err, "release cluster state of volume "+string(next.Volume)); lost || err != nil {
+		return replica.State{}, false, err
 	}
 	next.Version = ""
 	return next, true, nil
+}
+
+// swapLost reads the answer to a write guarded by a resourceVersion: a
+// conflict, or the object deleted in between, is a lost swap (the loop
+// re-reads, and then says ErrNotFound if it is gone); any other error is
+// the port's.
+func swapLost(err error, what string) (bool, error) {
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, apiError(what, err)
+	}
+	return false, nil
 }
 
 func encode(rv rvapi.ReplicatedVolume) (*unstructured.Unstructured, error) {

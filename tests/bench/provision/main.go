@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -75,6 +76,7 @@ func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval t
 	}
 	defer func() { _ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
 
+	before := nodeBytes(ctx, kube)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -124,6 +126,11 @@ func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval t
 	if rf > 1 {
 		if err := steadyWrites(ctx, kube, dyn, n, rf, interval, intervals); err != nil {
 			return err
+		}
+		after, labels := nodeBytes(ctx, kube), placementLabels(ctx, kube)
+		if labels > 0 {
+			fmt.Printf("node objects: %d placement labels on the nodes, %d bytes more in all (%.0f bytes per label; 200 volumes per node: about %.0f KB more per Node object)\n",
+				labels, after-before, float64(after-before)/float64(labels), float64(after-before)/float64(labels)*200/1000)
 		}
 	}
 
@@ -248,6 +255,38 @@ func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
 		return int64(v), true, nil
 	}
 	return 0, false, nil
+}
+
+// nodeBytes is the size of every Node object as JSON, summed.
+func nodeBytes(ctx context.Context, kube kubernetes.Interface) int {
+	l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range l.Items {
+		node.ManagedFields = nil // not stored per label; kubectl hides them too
+		b, _ := json.Marshal(node)
+		n += len(b)
+	}
+	return n
+}
+
+// placementLabels counts Ferry's placement labels on all nodes.
+func placementLabels(ctx context.Context, kube kubernetes.Interface) int {
+	l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, node := range l.Items {
+		for k := range node.Labels {
+			if strings.HasPrefix(k, "replica.ferry.zfs.csi.io/") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func envOr(k, def string) string {

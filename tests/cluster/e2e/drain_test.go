@@ -36,19 +36,9 @@ func TestDrainingASecondarysNodeRebuildsOnTheThirdAndNeverDropsACopy(t *testing.
 	vol := volumeOf(t, ns, "data")
 	const kib = 64 * 1024
 	sum := writeRandom(t, ns, "writer", "blob", kib)
-	var after int64
-	eventually(t, "the primary reports a snapshot taken after the write", 90*time.Second, func() (bool, string) {
-		rv, err := getRV(t, vol)
-		for _, r := range rv.Status.Replicas {
-			if r.Node == node && r.Snapshot > 0 {
-				after = r.Snapshot
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v %v", rv.Status, err)
-	})
+	after := primarySnapshot(t, vol, node) + 1 // the first snapshot taken after the write
 	var second string
-	eventually(t, "a secondary holds it, ready", 180*time.Second, func() (bool, string) {
+	eventually(t, "a secondary holds a snapshot taken after the write, ready", 180*time.Second, func() (bool, string) {
 		rv, err := getRV(t, vol)
 		for _, r := range rv.Status.Replicas {
 			if r.Node != node && r.Snapshot >= after && r.Ready {

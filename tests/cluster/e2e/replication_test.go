@@ -52,6 +52,25 @@ func hostChecksum(t *testing.T, node, vol, file string) string {
 	return strings.Fields(string(out))[0]
 }
 
+// primarySnapshot waits until the primary on node reported a snapshot and
+// returns the newest it reported: any snapshot numbered above it was
+// taken after this call (after the writes before it).
+func primarySnapshot(t *testing.T, vol, node string) int64 {
+	t.Helper()
+	var at int64
+	eventually(t, "the primary reports a snapshot", 90*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		for _, r := range rv.Status.Replicas {
+			if r.Node == node && r.Snapshot > 0 {
+				at = r.Snapshot
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+	})
+	return at
+}
+
 func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(t *testing.T) {
 	ns := namespace(t)
 	must(t, strings.Replace(pvcYAML("data", "64Mi", ""), "storageClassName: ferry", "storageClassName: ferry-rf2", 1), "-n", ns, "apply", "-f", "-")
@@ -75,18 +94,7 @@ func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(
 	}
 
 	sum := writeRandom(t, ns, "writer", "blob", 2048)
-	// A snapshot newer than the primary's now was taken after the write.
-	var after int64
-	eventually(t, "the primary reports a snapshot", 60*time.Second, func() (bool, string) {
-		rv, err := getRV(t, vol)
-		for _, r := range rv.Status.Replicas {
-			if r.Node == node && r.Snapshot > 0 {
-				after = r.Snapshot
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%+v %v", rv.Status, err)
-	})
+	after := primarySnapshot(t, vol, node)
 	var second string
 	start := time.Now()
 	eventually(t, "a second node holds a snapshot taken after the write, ready", 180*time.Second, func() (bool, string) {
