@@ -82,7 +82,17 @@ func classify(stderr string) error {
 type runner struct {
 	zfsBin   string
 	zpoolBin string
+	// slots bounds the short commands (listings, creates, destroys,
+	// property changes) running at once in this process; streams (send,
+	// receive) are not counted. A hundred DeleteVolume calls at once (the
+	// provisioner's workers) are a hundred concurrent destroys otherwise,
+	// which wedged zfs-fuse here; OpenZFS serialises most of them on its
+	// own locks anyway. nil: unbounded.
+	slots chan struct{}
 }
+
+// MaxConcurrentCommands is the default bound of runner.slots.
+const MaxConcurrentCommands = 4
 
 func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
 
@@ -103,6 +113,14 @@ func (r runner) zpool(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	if r.slots != nil {
+		select {
+		case r.slots <- struct{}{}:
+			defer func() { <-r.slots }()
+		case <-ctx.Done():
+			return nil, &CommandError{Args: append([]string{bin}, args...), Err: ctx.Err()}
+		}
+	}
 	var stdout, stderr bytes.Buffer
 	cmd := r.command(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

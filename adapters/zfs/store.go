@@ -64,7 +64,7 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool}}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}}, nil
 }
 
 // Open checks that the pool exists and creates the parent dataset if needed.
