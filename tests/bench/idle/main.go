@@ -109,7 +109,7 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 	var ids []volume.ID
 	for i := range n {
 		id := volume.ID(fmt.Sprintf("pvc-idle-%04d", i))
-		if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: 64 << 20}); err != nil {
+		if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: 16 << 20}); err != nil {
 			return err
 		}
 		snap, err := store.CreateSnapshot(ctx, id, replica.SnapshotName(replica.Snap{Number: 1, Epoch: 1}), nil)
