@@ -237,6 +237,9 @@ func (r *Replicator) Release() { r.release.Store(true) }
 func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete bool) {
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
 		if err := r.observe(ctx, full && i == 0); err != nil && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
+			if r.m.Left() && errors.Is(err, ports.ErrNotFound) {
+				return failed, false // left, and the volume is gone: nothing to wait for
+			}
 			r.log.Info("waiting for the volume's state", zap.Error(err))
 			return failed, true
 		}
