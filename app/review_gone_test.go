@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,6 +46,18 @@ func (g *goneState) Update(ctx context.Context, id volume.ID, fn func(*replica.S
 	return g.Store.Update(ctx, id, fn)
 }
 
+// waitFor polls cond until it holds, failing after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // REVIEW: leaveDeleted answers "nothing to leave" when the state is gone,
 // without destroying the copy; the machine counts itself left, Terminate
 // reports the copy released, and the copy stays, listed nowhere (the
@@ -71,19 +84,22 @@ func TestReviewACopyOfADeletedVolumeSurvivesWhenItsStateVanishes(t *testing.T) {
 	if err := fc.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	evs := &events{}
 	r := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: id, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
-		store, state, faketransport.New(), &events{}, zap.NewNop())
+		store, state, faketransport.New(), evs, zap.NewNop())
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(runCtx); close(done) }()
-	time.Sleep(100 * time.Millisecond) // b observes Deleting; DiscardBlocked keeps its copy
+	waitFor(t, "b observes Deleting and DiscardBlocked keeps its copy", func() bool {
+		return slices.Contains(evs.reasons(), "DiscardBlocked")
+	})
 	// The VolumeSnapshot is deleted; the object goes (finalizer removed
 	// by hand) between b's read of the state and leaveDeleted's re-read.
 	state.after.Store(1)
 	if err := store.DestroySnapshot(ctx, id, "csi-x"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, "the state vanishes under b's next read", state.gone.Load)
 	cancel()
 	<-done
 	err = r.Terminate(ctx, false) // the pod is garbage-collected with its owner
