@@ -56,6 +56,12 @@ type Machine struct {
 	finalTaken  bool
 	released    bool
 	releaseLost string // why a release ended without recording its final snapshot
+	// acquiring: a read/write publish asks this replica to become the
+	// single active primary (Acquire): it catches up to the newest
+	// snapshot, waits while another replica is active, then promotes
+	// itself by compare-and-swap; acquired once that write succeeded.
+	acquiring bool
+	acquired  bool
 	// forget: a transfer failed leaving nothing received; its recorded
 	// target is cleared (ClearFetch) before anything else.
 	forget *Snap
@@ -121,7 +127,23 @@ type SnapshotNow struct{}
 // Release: the active primary ends its term (unpublish): it takes a final
 // snapshot and demotes itself carrying it in one compare-and-swap, so that
 // the next primary starts from the last write. Released reports when done.
+// A Release also ends an Acquire that has not finished.
 type Release struct{}
+
+// Acquire: a read/write publish on this node asks this replica to become
+// the volume's single active primary. It catches up to the newest
+// snapshot any replica holds (fetching as a secondary does), waits while
+// another replica is active, and then promotes itself: epoch + 1, in one
+// compare-and-swap that checks both again on the newest state. Acquired
+// reports when that write succeeded; only then may the volume be mounted
+// read/write. A Release that is still finishing completes first, so that a
+// pod re-created on the same node starts from its own final snapshot.
+type Acquire struct{}
+
+// Abandon: the publish that asked for Acquire gave up (it answered the
+// kubelet, which retries later, maybe on another node): stop acquiring. A
+// replica that already acquired stays the primary until a Release.
+type Abandon struct{}
 
 func (Observed) event()    {}
 func (LocalRead) event()   {}
@@ -131,6 +153,8 @@ func (ActionDone) event()  {}
 func (Terminate) event()   {}
 func (SnapshotNow) event() {}
 func (Release) event()     {}
+func (Acquire) event()     {}
+func (Abandon) event()     {}
 
 // Action is an output of the machine: something the caller must do and
 // report back with ActionDone.
@@ -204,6 +228,12 @@ type StepDown struct {
 // DestroySnapshots: retention; none of them is anyone's base.
 type DestroySnapshots struct{ Snaps []Snap }
 
+// BecomePrimary: make this replica the single active primary of a new
+// epoch (Promote, a compare-and-swap that refuses while another replica
+// is active or holds a newer snapshot, and changes nothing when this
+// replica already is the active primary).
+type BecomePrimary struct{}
+
 // LeaveVolume: remove this replica from the list by the safe-deletion rule
 // (Leave, in a compare-and-swap that fails with ErrUnsafe when not
 // allowed); on success the caller destroys the local copy.
@@ -227,6 +257,7 @@ func (StepDown) action()         {}
 func (ForgetFetch) action()      {}
 func (DestroySnapshots) action() {}
 func (LeaveVolume) action()      {}
+func (BecomePrimary) action()    {}
 func (Alert) action()            {}
 
 // Step feeds one event to the machine.
@@ -242,6 +273,11 @@ func (m *Machine) Step(ev Event) error {
 			break
 		}
 		m.state, m.haveState, m.seenEpoch = e.State, true, e.State.Epoch
+		if self, _ := e.State.Replica(m.cfg.Self); m.acquired && !m.isPrimary(self) {
+			// A view no older than the promotion (epochs only grow) in
+			// which this replica is not the active primary: its term ended.
+			m.acquired = false
+		}
 		if self, listed := e.State.Replica(m.cfg.Self); m.haveLocal && (!listed || self.Holds() != m.newestLocal()) {
 			// The list disagrees with what the pool was last seen to hold:
 			// something other than this machine may have changed the
@@ -270,6 +306,13 @@ func (m *Machine) Step(ev Event) error {
 		if !m.releasing {
 			m.releasing, m.finalTaken, m.released, m.releaseLost = true, false, false, ""
 		}
+		m.acquiring, m.acquired = false, false
+	case Acquire:
+		// Every publish confirms on the newest state, even where this
+		// replica acquired before: a takeover may have ended that term.
+		m.acquiring, m.acquired = true, false
+	case Abandon:
+		m.acquiring = false
 	case ActionDone:
 		if m.outstanding == nil {
 			return fmt.Errorf("ActionDone(%T) with no action outstanding", e.Action)
@@ -359,6 +402,17 @@ func (m *Machine) done(e ActionDone) {
 		if e.Err == nil {
 			m.left = true
 		}
+	case BecomePrimary:
+		m.haveState = false
+		if e.Err == nil && m.acquiring {
+			m.acquiring, m.acquired = false, true
+			if self, _ := m.state.Replica(m.cfg.Self); !m.isPrimary(self) {
+				// Promote wrote an epoch above the view decided on: a
+				// lagging read from before it is older and ignored.
+				m.seenEpoch = max(m.seenEpoch, m.state.Epoch+1)
+			}
+			m.ticks = 0 // the new term's first snapshot comes an interval later
+		}
 	case Alert:
 		m.alerted = a.Reason
 	}
@@ -394,6 +448,35 @@ func (m *Machine) Released() bool { return m.released }
 
 // Left reports whether the replica left the list: its copy may go.
 func (m *Machine) Left() bool { return m.left }
+
+// Acquired reports whether an Acquire finished: this replica became (or
+// already was) the active primary by a compare-and-swap on the newest
+// state, and no Release came since. The volume may be mounted read/write.
+func (m *Machine) Acquired() bool { return m.acquired }
+
+// Acquiring reports whether an Acquire is under way and, from the last
+// view, what it waits for ("" when nothing but its own next step).
+func (m *Machine) Acquiring() (bool, string) {
+	if !m.acquiring {
+		return false, ""
+	}
+	if m.terminating {
+		return true, "the replica is leaving the volume"
+	}
+	if !m.haveState {
+		return true, ""
+	}
+	for _, r := range m.state.Replicas {
+		if r.Active && r.Node != m.cfg.Self {
+			return true, fmt.Sprintf("%s is the active primary of epoch %d", r.Node, m.state.Epoch)
+		}
+	}
+	self, _ := m.state.Replica(m.cfg.Self)
+	if n, ok := m.state.NewestReplica(); ok && newerReplica(n, self) {
+		return true, fmt.Sprintf("catching up: holds snapshot %d of epoch %d, %s holds %d of epoch %d", self.Snapshot, self.SnapshotEpoch, n.Node, n.Snapshot, n.SnapshotEpoch)
+	}
+	return true, ""
+}
 
 // Next returns the next action, or false when there is nothing to do (or
 // an action is outstanding, or the machine waits for a read).
@@ -480,6 +563,9 @@ func (m *Machine) decide() Action {
 	if !listed || self.Snapshot != newest.Number || self.SnapshotEpoch != newest.Epoch || self.SnapshotGUID != newest.GUID || self.Ready != ready {
 		return ReportSnapshot{Snap: newest, Ready: ready}
 	}
+	if m.acquiring && (m.isPrimary(self) || m.mayPromote(self)) {
+		return BecomePrimary{}
+	}
 	if m.isPrimary(self) {
 		if m.ticks >= m.cfg.SnapshotEvery {
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
@@ -545,6 +631,23 @@ func (m *Machine) plannable(src Replica) []Snap {
 		out = append(out, s)
 	}
 	return out
+}
+
+// mayPromote: as this view tells, no other replica is active and none
+// holds a newer snapshot than this replica's entry (which matches its
+// store: reported first), and nothing unsnapshotted waits to be rolled
+// back. Promote checks the first two again on the newest state.
+func (m *Machine) mayPromote(self Replica) bool {
+	if m.modified {
+		return false
+	}
+	for _, r := range m.state.Replicas {
+		if r.Active && r.Node != m.cfg.Self {
+			return false
+		}
+	}
+	n, ok := m.state.NewestReplica()
+	return !ok || !newerReplica(n, self)
 }
 
 // isPrimary: this replica is the active primary of the volume's epoch.

@@ -35,6 +35,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	                                  destroyed a snapshot it needs meanwhile)
 //	terminate NODE [gone]             SIGTERM for NODE's replica
 //	fail NODE KIND REASON             NODE's next action of KIND (fetch, snapshot, ...) fails
+//	acquire NODE | abandon NODE       publish read/write on NODE asks it to become the
+//	                                  primary | the publish gave up
+//	acquired NODE...                  print each node's publish: acquired or what it waits for
+//	decide NODE                       observe and pick NODE's next action, without doing it
+//	do NODE                           carry out NODE's decided action (on today's state)
+//	restart NODE                      NODE's volume manager restarts (a new machine)
+//	rf N                              the owner edits the replication factor
 //	print                             the shared state and every store
 func TestMachineScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -56,6 +63,7 @@ type scriptEnv struct {
 	dirty    map[Node]bool      // changed since the newest snapshot
 	slow     map[Node]bool      // the next transfer stays in flight
 	inFlight map[Node]Action    // transfers in flight
+	decided  map[Node]Action    // decided on an earlier view, not yet carried out
 }
 
 func runScript(t *testing.T, path string) {
@@ -64,7 +72,7 @@ func runScript(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}}
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}}
 	var rewritten strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
@@ -190,6 +198,50 @@ func (e *scriptEnv) run(f []string) error {
 		return Takeover(&e.state, Node(f[1]), Node(f[2]), lag)
 	case "release":
 		return e.machines[Node(f[1])].Step(Release{})
+	case "acquire":
+		return e.machines[Node(f[1])].Step(Acquire{})
+	case "abandon":
+		return e.machines[Node(f[1])].Step(Abandon{})
+	case "restart":
+		// The volume manager restarts: a new machine, same config; the
+		// store and the shared state stay.
+		n := Node(f[1])
+		e.machines[n] = NewMachine(e.machines[n].cfg)
+		delete(e.inFlight, n)
+	case "decide":
+		n := Node(f[1])
+		m := e.machines[n]
+		_ = m.Step(Observed{State: cloneState(e.state)})
+		_ = m.Step(LocalRead{Snaps: append([]Snap(nil), e.local[n]...)})
+		a, ok := m.Next()
+		if !ok {
+			return fmt.Errorf("%s has nothing to do", n)
+		}
+		e.decided[n] = a
+		fmt.Fprintf(e.out, "%s decides: %s\n", n, describe(a))
+	case "do":
+		n := Node(f[1])
+		a, ok := e.decided[n]
+		if !ok {
+			return fmt.Errorf("%s decided nothing", n)
+		}
+		delete(e.decided, n)
+		err := e.exec(n, a)
+		if err != nil {
+			fmt.Fprintf(e.out, "%s: %s -> %v\n", n, describe(a), err)
+		} else {
+			fmt.Fprintf(e.out, "%s: %s\n", n, describe(a))
+		}
+		return e.machines[n].Step(ActionDone{Action: a, Err: err})
+	case "rf":
+		e.state.ReplicationFactor = atoi(f[1], 1)
+	case "acquired":
+		// Prints each listed node's publish: acquired, or what it waits for.
+		for _, x := range f[1:] {
+			m := e.machines[Node(x)]
+			on, why := m.Acquiring()
+			fmt.Fprintf(e.out, "%s: acquired=%v acquiring=%v %s\n", x, m.Acquired(), on, why)
+		}
 	case "write":
 		e.dirty[Node(f[1])] = true
 	case "slow":
@@ -288,6 +340,8 @@ func describe(a Action) string {
 		return fmt.Sprintf("destroy %v", a.Snaps)
 	case LeaveVolume:
 		return "leave"
+	case BecomePrimary:
+		return "become primary"
 	case Alert:
 		return "alert: " + a.Reason
 	}
@@ -349,6 +403,8 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 			return err
 		}
 		e.local[n] = nil
+	case BecomePrimary:
+		return e.cas(func(s *State) error { return Promote(s, n) })
 	}
 	return nil
 }

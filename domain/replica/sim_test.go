@@ -48,6 +48,7 @@ type simNode struct {
 	gone     bool // left the volume
 	mounted  bool // the pod writes here (the active primary of the sim's view)
 	release  bool // unpublish asked; re-asked after a restart (the kubelet retries)
+	acquire  bool // publish asked, not yet answered; re-asked after a restart
 	fenced   bool // a takeover ended its term while it may have held unsnapshotted writes
 	term     bool // terminate asked (a restart is a new volume manager that stays)
 	// seen is the world's write count at this node's last read: an idle
@@ -265,15 +266,26 @@ func (w *world) restart(n *simNode) {
 	if n.release {
 		_ = n.m.Step(Release{})
 	}
+	if n.acquire {
+		_ = n.m.Step(Acquire{})
+	}
 	// A refused leave kept the copy; the daemon starts a new volume
 	// manager for it, which does not terminate.
 	n.term = false
 }
 
-// handover: unpublish on the mounted primary, or publish on n when no
-// replica is active.
+// handover: a publish on n (which waits while another replica is the
+// active primary: a rolling update overlaps two pods), its giving up, or
+// the unpublish of the mounted primary.
 func (w *world) handover(n *simNode) error {
-	if p := w.mountedNode(); p != nil {
+	if n.acquire && n.m != nil && w.r.Intn(4) == 0 {
+		// The publish timed out (Aborted); the kubelet may retry later.
+		w.logf("%s: publish gives up", n.name)
+		n.acquire = false
+		_ = n.m.Step(Abandon{})
+		return nil
+	}
+	if p := w.mountedNode(); p != nil && (p == n || w.r.Intn(2) == 0) {
 		if !p.release && p.m != nil {
 			w.logf("%s: unpublish", p.name)
 			p.mounted, p.release = false, true
@@ -281,19 +293,12 @@ func (w *world) handover(n *simNode) error {
 		}
 		return nil
 	}
-	for _, r := range w.state.Replicas {
-		if r.Active {
-			return nil // still stepping down
-		}
-	}
-	if n.m == nil || n.term || n.release {
+	if n.m == nil || n.term || n.release || n.mounted || n.acquire {
 		return nil
 	}
-	err := w.cas(func(s *State) error { return Promote(s, n.name) })
-	w.logf("%s: publish -> %v", n.name, err)
-	if err == nil {
-		n.mounted, n.release = true, false
-	}
+	w.logf("%s: publish", n.name)
+	n.acquire = true
+	_ = n.m.Step(Acquire{})
 	return nil
 }
 
@@ -320,7 +325,7 @@ func (w *world) takeover(n *simNode) error {
 	if err == nil {
 		// Fencing stops the lost primary's writers (the node-loss stage).
 		lost.mounted, lost.fenced = false, true
-		n.mounted, n.release = true, false
+		n.mounted, n.release, n.acquire = true, false, false
 	}
 	return nil
 }
@@ -363,6 +368,11 @@ func (w *world) step(n *simNode) error {
 		}
 		if n.release && n.m.Released() {
 			n.release = false
+		}
+		if n.acquire && n.m.Acquired() {
+			// Only now does the publish mount the volume read/write.
+			w.logf("%s: publish answered: mounted", n.name)
+			n.acquire, n.mounted = false, true
 		}
 	}
 	return nil
@@ -411,6 +421,8 @@ func (w *world) exec(n *simNode, a Action) error {
 		return w.cas(func(s *State) error { return Demote(s, n.name, a.Epoch, a.Final) })
 	case ForgetFetch:
 		return w.cas(func(s *State) error { return ClearFetch(s, n.name, a.Target) })
+	case BecomePrimary:
+		return w.cas(func(s *State) error { return Promote(s, n.name) })
 	case DestroySnapshots:
 		gone := map[Snap]bool{}
 		for _, s := range a.Snaps {
@@ -589,6 +601,16 @@ func (w *world) check(before Snap, count int) error {
 func (w *world) converge() error {
 	w.logf("--- healing")
 	w.quiet = true
+	for _, n := range w.nodes {
+		if n.acquire {
+			// Publishes still waiting give up: one writer at most while
+			// the world settles, and none at the end.
+			n.acquire = false
+			if n.m != nil {
+				_ = n.m.Step(Abandon{})
+			}
+		}
+	}
 	for _, n := range w.nodes {
 		n.cut = false
 		if (n.m == nil || n.term) && !n.gone {
