@@ -35,6 +35,14 @@ const (
 	ContextPool              = "pool"
 )
 
+// The external-provisioner's metadata keys (--extra-create-metadata),
+// found in volume.Params.Metadata.
+const (
+	metaClaimNamespace   = "csi.storage.k8s.io/pvc/namespace"
+	metaClaimName        = "csi.storage.k8s.io/pvc/name"
+	metaPersistentVolume = "csi.storage.k8s.io/pv/name"
+)
+
 // Controller implements the CSI controller's use cases on the local store.
 //
 // In this stage a volume lives in the pool of the node the controller runs
@@ -134,7 +142,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 	if source != "" {
 		meta[ports.MetaSource] = source
 	}
-	if ns, name := params.Metadata["csi.storage.k8s.io/pvc/namespace"], params.Metadata["csi.storage.k8s.io/pvc/name"]; name != "" {
+	if ns, name := params.Metadata[metaClaimNamespace], params.Metadata[metaClaimName]; name != "" {
 		meta[ports.MetaPVC] = ns + "/" + name
 	}
 
@@ -195,8 +203,15 @@ func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Para
 		return v, nil
 	}
 	self := c.cfg.Node
-	st, err := c.cluster.Create(ctx, replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self,
-		Replicas: []replica.Replica{{Node: self, Active: true}}})
+	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self,
+		Replicas: []replica.Replica{{Node: self, Active: true}}}
+	var st replica.State
+	var err error
+	if rec, ok := c.cluster.(ports.SpecRecorder); ok {
+		st, err = rec.CreateWithSpec(ctx, first, volumeSpec(v, params))
+	} else {
+		st, err = c.cluster.Create(ctx, first)
+	}
 	if errors.Is(err, ports.ErrExists) {
 		st, err = c.cluster.Get(ctx, v.ID)
 	}
@@ -216,6 +231,26 @@ func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Para
 	k, val := c.workload.Segment(v.ID)
 	v.Usable = map[string]string{k: val}
 	return v, nil
+}
+
+// volumeSpec is what the shared state records of a new volume for
+// operators: its size and snapshot interval, and, from the provisioner's
+// metadata (--extra-create-metadata), its PersistentVolume and claim. The
+// provisioner names the volume after its PersistentVolume, so the name is
+// the PV's when the metadata does not say. The StorageClass's name is not
+// in a CreateVolume request.
+func volumeSpec(v Volume, params volume.Params) ports.VolumeSpec {
+	pv := params.Metadata[metaPersistentVolume]
+	if pv == "" {
+		pv = string(v.ID)
+	}
+	return ports.VolumeSpec{
+		CapacityBytes:    v.CapacityBytes,
+		SnapshotInterval: params.SnapshotInterval,
+		PersistentVolume: pv,
+		ClaimNamespace:   params.Metadata[metaClaimNamespace],
+		ClaimName:        params.Metadata[metaClaimName],
+	}
 }
 
 func (c *Controller) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {

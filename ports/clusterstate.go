@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -57,4 +58,30 @@ type ClusterState interface {
 // to bound what a lost notification could cost.
 type StateWatcher interface {
 	Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error)
+}
+
+// VolumeSpec is what a volume is: its size, how often it is snapshotted
+// and what it was made for. Stores that can keep it next to the volume's
+// state (Kubernetes: the ReplicatedVolume's spec) record it when the state
+// is created, for operators; no replication decision reads it. Empty
+// fields are unknown (a volume made outside Kubernetes has no claim).
+type VolumeSpec struct {
+	CapacityBytes    int64
+	SnapshotInterval time.Duration
+	// PersistentVolume and StorageClass name the Kubernetes objects the
+	// volume was provisioned for.
+	PersistentVolume string
+	StorageClass     string
+	// ClaimNamespace and ClaimName name the PersistentVolumeClaim, when
+	// the provisioner tells (external-provisioner --extra-create-metadata).
+	ClaimNamespace, ClaimName string
+}
+
+// SpecRecorder is implemented by the ClusterStates that record a
+// VolumeSpec with a volume's first state.
+type SpecRecorder interface {
+	// CreateWithSpec is ClusterState.Create that also records spec. The
+	// spec is written once, with the state: ErrExists leaves the existing
+	// one as it is.
+	CreateWithSpec(ctx context.Context, s replica.State, spec VolumeSpec) (replica.State, error)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
 )
 
 const (
@@ -69,9 +70,26 @@ type Spec struct {
 	CapacityBytes int64 `json:"capacityBytes,omitempty"`
 	// SnapshotInterval is how often the primary snapshots (Go duration).
 	SnapshotInterval string `json:"snapshotInterval,omitempty"`
-	// StorageClassName and PersistentVolumeName say where it came from.
+	// StorageClassName, PersistentVolumeName and the claim say where it
+	// came from (ports.VolumeSpec: written once, at creation, for
+	// operators and for the events on the claim; nothing decides on them).
 	StorageClassName     string `json:"storageClassName,omitempty"`
 	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
+	ClaimNamespace       string `json:"claimNamespace,omitempty"`
+	ClaimName            string `json:"claimName,omitempty"`
+}
+
+// Describe writes what the volume is into the spec; the spec's volumeID
+// and replicationFactor are the state's and stay as they are.
+func (s *Spec) Describe(v ports.VolumeSpec) {
+	s.CapacityBytes = v.CapacityBytes
+	s.SnapshotInterval = ""
+	if v.SnapshotInterval > 0 {
+		s.SnapshotInterval = v.SnapshotInterval.String()
+	}
+	s.StorageClassName = v.StorageClass
+	s.PersistentVolumeName = v.PersistentVolume
+	s.ClaimNamespace, s.ClaimName = v.ClaimNamespace, v.ClaimName
 }
 
 // Status is the shared replica state and its summary.

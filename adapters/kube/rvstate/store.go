@@ -40,6 +40,7 @@ type Store struct {
 var (
 	_ ports.ClusterState = (*Store)(nil)
 	_ ports.StateWatcher = (*Store)(nil)
+	_ ports.SpecRecorder = (*Store)(nil)
 )
 
 // New returns a store using client. labels, if any, are added to every
@@ -121,12 +122,19 @@ func (s *Store) get(ctx context.Context, id volume.ID) (replica.State, bool, err
 	return st, rv.DeletionTimestamp != nil, nil
 }
 
-// Create makes the object (spec) and then writes its status: the API
-// server ignores a status sent with a create when the status subresource
-// is on. If the second write fails, the object exists with an empty
-// status (epoch 0, no replicas), which is a valid state that Update can
-// complete; Create is not retried over it (ErrExists).
+// Create is CreateWithSpec with nothing known about the volume but its
+// state.
 func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, error) {
+	return s.CreateWithSpec(ctx, st, ports.VolumeSpec{})
+}
+
+// CreateWithSpec makes the object (spec, with what spec tells of the
+// volume) and then writes its status: the API server ignores a status sent
+// with a create when the status subresource is on. If the second write
+// fails, the object exists with an empty status (epoch 0, no replicas),
+// which is a valid state that Update can complete; Create is not retried
+// over it (ErrExists).
+func (s *Store) CreateWithSpec(ctx context.Context, st replica.State, spec ports.VolumeSpec) (replica.State, error) {
 	if err := st.Validate(); err != nil {
 		return replica.State{}, fmt.Errorf("create cluster state of volume %s: %v: %w", st.Volume, err, ports.ErrInvalid)
 	}
@@ -135,6 +143,7 @@ func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, er
 	}
 	st.Version, st.Deleting = "", false
 	rv := rvapi.FromState(st)
+	rv.Spec.Describe(spec)
 	rv.Labels = map[string]string{rvapi.LabelVolume: rvapi.Hash(st.Volume)}
 	rv.Finalizers = []string{rvapi.Finalizer}
 	for k, v := range s.labels {
