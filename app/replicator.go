@@ -56,7 +56,8 @@ type Replicator struct {
 	m         *replica.Machine
 
 	snapshotNow atomic.Bool // set by SnapshotNow, consumed by Run's goroutine
-	release     atomic.Bool // set by Release, consumed by Run's goroutine
+	// wake ends Run's wait at once when a request arrives (holds one).
+	wake chan struct{}
 	// terminating is set by Terminate (after Run returned): a state that
 	// no longer exists then means the volume is gone, and the leave
 	// proceeds instead of waiting for a state.
@@ -64,6 +65,14 @@ type Replicator struct {
 
 	mu       sync.Mutex
 	status   Status
+	// requests are publish events for the machine, in order (Acquire,
+	// Abandon, Release), stepped by Run's goroutine.
+	requests []replica.Event
+	// acquirers counts the Acquire calls waiting: the last one to give up
+	// abandons the acquisition.
+	acquirers int
+	// statusChanged is closed and replaced whenever status is updated.
+	statusChanged chan struct{}
 	transfer *Progress
 	// lastBlocked is the last DiscardBlocked message raised.
 	lastBlocked string
@@ -96,6 +105,13 @@ type Status struct {
 	LastError string
 	// Released: a Release finished (final snapshot recorded, not active).
 	Released bool
+	// Acquired: an Acquire finished (this replica became the active
+	// primary by compare-and-swap and no Release came since).
+	Acquired bool
+	// Acquiring: an Acquire is under way; Waiting says for what, when the
+	// machine knows ("" when for nothing but its own next steps).
+	Acquiring bool
+	Waiting   string
 }
 
 // NewReplicator returns the volume manager of cfg.Volume's replica on
@@ -110,8 +126,9 @@ func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster port
 	}
 	return &Replicator{
 		cfg: cfg, store: store, cluster: cluster, transport: transport, events: events,
-		log: log.With(zap.String("volume", string(cfg.Volume))),
-		m:   replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
+		log:  log.With(zap.String("volume", string(cfg.Volume))),
+		wake: make(chan struct{}, 1), statusChanged: make(chan struct{}),
+		m: replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
 	}
 }
 
@@ -184,13 +201,18 @@ func (r *Replicator) Run(ctx context.Context) error {
 				changes = nil // the watch ended (ctx): poll until Run returns
 			}
 			changed = true
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		reqs := r.requests
+		r.requests = nil
+		r.mu.Unlock()
+		for _, ev := range reqs {
+			_ = r.m.Step(ev)
+			urgent = true
 		}
 		if r.snapshotNow.Swap(false) {
 			_ = r.m.Step(replica.SnapshotNow{})
-			urgent = true
-		}
-		if r.release.Swap(false) {
-			_ = r.m.Step(replica.Release{})
 			urgent = true
 		}
 	}
@@ -222,12 +244,92 @@ const MaxBackoffTicks = 64
 // SnapshotNow asks the primary for a snapshot at its next decision. It is
 // safe to call from any goroutine: the machine is only ever stepped by
 // Run's.
-func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true) }
+func (r *Replicator) SnapshotNow() { r.snapshotNow.Store(true); r.poke() }
 
 // Release asks the active primary to end its term (unpublish): a final
 // snapshot, then a demotion carrying it in one compare-and-swap. Status
-// reports Released once done. Safe from any goroutine.
-func (r *Replicator) Release() { r.release.Store(true) }
+// reports Released once done. Safe from any goroutine. It also ends an
+// acquisition under way.
+func (r *Replicator) Release() {
+	r.mu.Lock()
+	r.requests = append(r.requests, replica.Release{})
+	r.status.Released = false // the new request's answer, not an old one
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *Replicator) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default: // one pending wake is enough
+	}
+}
+
+// Acquire asks this replica to become the volume's single active primary
+// (a read/write publish: replica.Acquire) and waits until it is. When ctx
+// ends first, the last waiting caller abandons the acquisition, and the
+// error (wrapping ErrPending) says what it waited for: another replica
+// active, or its catching up. Safe from any goroutine; Run must be running.
+func (r *Replicator) Acquire(ctx context.Context) error {
+	r.mu.Lock()
+	r.requests = append(r.requests, replica.Acquire{})
+	r.acquirers++
+	// The request resets Acquired; a status read before Run steps it
+	// must not be taken for the answer.
+	r.status.Acquired, r.status.Acquiring = false, true
+	r.mu.Unlock()
+	r.poke()
+	for {
+		r.mu.Lock()
+		st, changed := r.status, r.statusChanged
+		if st.Acquired {
+			r.acquirers--
+			r.mu.Unlock()
+			return nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.acquirers--
+			if r.acquirers == 0 && !r.status.Acquired {
+				r.requests = append(r.requests, replica.Abandon{})
+			}
+			waiting := r.status.Waiting
+			r.mu.Unlock()
+			r.poke()
+			if waiting == "" {
+				waiting = "its own catching up"
+			}
+			return fmt.Errorf("replica of volume %s on %s is not the primary yet, waiting for %s: %w", r.cfg.Volume, r.cfg.Node, waiting, ErrPending)
+		}
+	}
+}
+
+// ReleaseAndWait asks for a Release and waits until it finished: the final
+// snapshot recorded and this replica not active (at once when it was not
+// the primary). The error wraps ErrPending when ctx ended first.
+func (r *Replicator) ReleaseAndWait(ctx context.Context) error {
+	r.Release()
+	for {
+		r.mu.Lock()
+		st, changed := r.status, r.statusChanged
+		r.mu.Unlock()
+		if st.Released {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			why := st.LastError
+			if why == "" {
+				why = "no error yet"
+			}
+			return fmt.Errorf("release of volume %s on %s not finished (%s): %w", r.cfg.Volume, r.cfg.Node, why, ErrPending)
+		}
+	}
+}
 
 // settle observes and acts until the machine has nothing more to do now;
 // it reports whether an action failed, and whether it stopped before the
@@ -261,6 +363,7 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 			r.log.Warn("action failed; retrying on a later tick", zap.String("action", fmt.Sprintf("%T", a)), zap.Error(err))
 		}
 		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
+		r.publishStatus()
 	}
 	return failed, true
 }
@@ -298,9 +401,23 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
 	r.status.Primary = st.Primary == r.cfg.Node && self.Active
-	r.status.Released = r.m.Released()
 	r.mu.Unlock()
+	r.publishStatus()
 	return nil
+}
+
+// publishStatus copies the machine's publish state into the status and
+// tells the waiters. Only Run's goroutine calls it (it reads the machine).
+func (r *Replicator) publishStatus() {
+	on, why := r.m.Acquiring()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.requests) > 0 {
+		return // a request not yet stepped: the machine's answer is older
+	}
+	r.status.Released, r.status.Acquired, r.status.Acquiring, r.status.Waiting = r.m.Released(), r.m.Acquired(), on, why
+	close(r.statusChanged)
+	r.statusChanged = make(chan struct{})
 }
 
 // local reads the replication snapshots the store holds and whether it

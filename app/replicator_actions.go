@@ -89,6 +89,16 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		return nil
 	case replica.LeaveVolume:
 		return r.leave(ctx, a)
+	case replica.BecomePrimary:
+		st, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error { return replica.Promote(s, r.cfg.Node) })
+		if err != nil {
+			return err
+		}
+		self, _ := st.Replica(r.cfg.Node)
+		r.log.Info("became the active primary", zap.Uint64("epoch", uint64(st.Epoch)), zap.Uint64("snapshot", uint64(self.Snapshot)))
+		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventNormal, Reason: "BecamePrimary",
+			Message: fmt.Sprintf("the replica on %s is the active primary of epoch %d, from snapshot %d of epoch %d", r.cfg.Node, st.Epoch, self.Snapshot, self.SnapshotEpoch)})
+		return nil
 	case replica.Alert:
 		r.log.Error("replicas conflict: nothing discarded, an operator must decide", zap.String("reason", a.Reason))
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Conflict", Message: a.Reason})
