@@ -58,6 +58,9 @@ type Controller struct {
 	// factor is 2 or more (EnableReplication).
 	cluster  ports.ClusterState
 	workload ports.ReplicaWorkload
+	// events, when set, hears what the replication of a volume did
+	// (RecordEvents).
+	events ports.EventRecorder
 }
 
 // NewController returns the controller use cases over store. mounts is the
@@ -75,6 +78,11 @@ func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTabl
 func (c *Controller) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
 	c.cluster, c.workload = cluster, w
 }
+
+// RecordEvents makes the controller raise events on the volumes it
+// replicates (Kubernetes: on the ReplicatedVolume and its claim): each
+// step of setting up replication that fails, and its completion.
+func (c *Controller) RecordEvents(r ports.EventRecorder) { c.events = r }
 
 // CreateVolumeRequest is a validated-on-use CreateVolume call.
 type CreateVolumeRequest struct {
@@ -216,6 +224,7 @@ func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Para
 		st, err = c.cluster.Get(ctx, v.ID)
 	}
 	if err != nil {
+		c.warn(ctx, v.ID, ReasonStateFailed, "replicated volume: shared state not created: %v", err)
 		return Volume{}, fmt.Errorf("replicated volume %s: shared state: %w", v.ID, err)
 	}
 	primary := st.Primary == self
@@ -223,14 +232,44 @@ func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Para
 		primary = false
 	}
 	if err := c.workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
+		c.warn(ctx, v.ID, ReasonReplicaFailed, "replicated volume: volume manager on node %s not started: %v", self, err)
 		return Volume{}, err
 	}
 	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st), params.SnapshotInterval); err != nil {
+		c.warn(ctx, v.ID, ReasonWorkloadFailed, "replicated volume: ReplicaSet and budget not applied: %v", err)
 		return Volume{}, err
 	}
 	k, val := c.workload.Segment(v.ID)
 	v.Usable = map[string]string{k: val}
+	holder := fmt.Sprintf("this node %s holds the primary", self)
+	if !primary {
+		holder = fmt.Sprintf("this node %s holds a copy, node %s the primary", self, st.Primary)
+	}
+	c.record(ctx, v.ID, ports.Event{Type: ports.EventNormal, Reason: ReasonReplicasRequested,
+		Message: fmt.Sprintf("replicated volume: %d copies; %s; ReplicaSet and budget applied", st.ReplicationFactor, holder)})
 	return v, nil
+}
+
+// Reasons of the controller's events.
+const (
+	// ReasonReplicasRequested: a replicated volume's state, this node's
+	// volume manager, ReplicaSet and budget are in place.
+	ReasonReplicasRequested = "ReplicasRequested"
+	// Warnings, one per failed step of setting up replication (CreateVolume
+	// fails and the provisioner retries).
+	ReasonStateFailed    = "ReplicatedVolumeFailed"
+	ReasonReplicaFailed  = "VolumeManagerFailed"
+	ReasonWorkloadFailed = "ReplicaSetFailed"
+)
+
+func (c *Controller) record(ctx context.Context, id volume.ID, e ports.Event) {
+	if c.events != nil {
+		c.events.Record(ctx, id, e)
+	}
+}
+
+func (c *Controller) warn(ctx context.Context, id volume.ID, reason, format string, args ...any) {
+	c.record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
 // volumeSpec is what the shared state records of a new volume for
