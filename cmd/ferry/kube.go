@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/eventlog"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
+	kubeevents "github.com/ferry-csi/ferry/adapters/kube/events"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
@@ -28,7 +29,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -45,7 +46,6 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		if err != nil {
 			return err
 		}
-		events := eventlog.Recorder{Log: log.Named("events")}
 		leave := func(ctx context.Context, id volume.ID) error {
 			return app.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
 		}
@@ -116,7 +116,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 // enableReplication lets the node's controller service replicate volumes
 // of factor 2 or more (--replica-template): ReplicatedVolumes, replica
 // pods from the template, ReplicaSets and budgets.
-func enableReplication(o *Options, ctrl *app.Controller) error {
+func enableReplication(o *Options, ctrl *app.Controller, events ports.EventRecorder) error {
 	if o.ReplicaTemplate == "" {
 		return nil
 	}
@@ -129,7 +129,27 @@ func enableReplication(o *Options, ctrl *app.Controller) error {
 		return err
 	}
 	ctrl.EnableReplication(rvstate.New(dyn, nil), workload.New(kube, dyn, tpl))
+	ctrl.RecordEvents(events)
 	return nil
+}
+
+// eventRecorder is where a component's events go: with --cluster-state
+// kubernetes, Kubernetes Events on the volume's ReplicatedVolume and, with
+// claims, on its claim too (the daemon's ServiceAccount may read claims,
+// the volume managers' may not), besides the log; otherwise the log alone.
+// The recorder starts before and stops after whatever fx builds with it.
+func eventRecorder(lc fx.Lifecycle, o *Options, log *zap.Logger, component string, claims bool) (ports.EventRecorder, error) {
+	log = log.Named("events")
+	if o.ClusterState != "kubernetes" {
+		return eventlog.Recorder{Log: log}, nil
+	}
+	kube, dyn, err := kubeClients(o, component)
+	if err != nil {
+		return nil, err
+	}
+	r := kubeevents.New(kube, dyn, log, kubeevents.Options{Host: o.NodeID, Claims: claims})
+	lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
+	return r, nil
 }
 
 // leaseResolver resolves peers from the nodes' Leases (volume-manager with

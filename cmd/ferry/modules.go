@@ -132,7 +132,12 @@ func daemonApp(o *Options) fx.Option {
 			},
 			app.NewNode,
 			func() ports.MountTable { return mount.Table{} },
-			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) (csiServices, error) {
+			// Events of the node's controller service and of copies left
+			// here: on the ReplicatedVolume and its claim.
+			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
+				return eventRecorder(lc, o, log, "daemon", true)
+			},
+			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
@@ -140,7 +145,7 @@ func daemonApp(o *Options) fx.Option {
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
 					ctrl := app.NewController(cfg, s, mt, log)
-					if err := enableReplication(o, ctrl); err != nil {
+					if err := enableReplication(o, ctrl, events); err != nil {
 						return csiServices{}, err
 					}
 					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
@@ -156,7 +161,9 @@ func daemonApp(o *Options) fx.Option {
 			// One peer service per node can serve every volume of the pool.
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return daemonKube(lc, o, s, log) },
+			func(lc fx.Lifecycle, s ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
+				return daemonKube(lc, o, s, events, log)
+			},
 		),
 	)
 }
@@ -186,8 +193,13 @@ func volumeManagerApp(o *Options) fx.Option {
 		fx.Provide(
 			func() (ports.ClusterState, error) { return clusterState(o) },
 			func(lc fx.Lifecycle) (*peer.Client, error) { return peerClient(lc, o) },
-			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, log *zap.Logger) (*app.Replicator, error) {
-				return replicator(o, s, c, t, log)
+			// Events on the ReplicatedVolume only: the replica's
+			// ServiceAccount may not read claims.
+			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
+				return eventRecorder(lc, o, log, "volume-manager", false)
+			},
+			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*app.Replicator, error) {
+				return replicator(o, s, c, t, events, log)
 			},
 		),
 		fx.Invoke(

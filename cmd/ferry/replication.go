@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ferry-csi/ferry/adapters/eventlog"
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/peer"
@@ -125,14 +124,14 @@ func kubeConfig(path, component string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, log *zap.Logger) (*app.Replicator, error) {
+func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*app.Replicator, error) {
 	id, err := volume.ParseID("--volume", o.Volume)
 	if err != nil {
 		return nil, err
 	}
 	cfg := app.ReplicatorConfig{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
 		MaxTransferRate: int64(o.MaxTransferRate)}
-	return app.NewReplicator(cfg, store, cluster, t, eventlog.Recorder{Log: log.Named("events")}, log), nil
+	return app.NewReplicator(cfg, store, cluster, t, events, log), nil
 }
 
 // runReplicator runs the volume manager; on stop (SIGTERM) it runs the
