@@ -29,6 +29,10 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"create", "poddisruptionbudgets.policy", "ferry-system", true},
 			{"create", "pods", "ferry-system", true},
 			{"update", "leases.coordination.k8s.io", "ferry-system", true},
+			// Events on ReplicatedVolumes (cluster-scoped: in default) and
+			// on claims, whose UID the recorder reads.
+			{"create", "events", "default", true},
+			{"get", "persistentvolumeclaims", "default", true},
 			{"get", "secrets", "ferry-system", false},
 			{"list", "secrets", "", false},
 			{"delete", "nodes", "", false},
@@ -46,6 +50,9 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"update", "replicatedvolumes.ferry.zfs.csi.io/status", "", true},
 			{"get", "leases.coordination.k8s.io", "ferry-system", true},
 			{"create", "events", "ferry-system", true},
+			{"create", "events", "default", true}, // a ReplicatedVolume's events
+			// Its events go on the ReplicatedVolume only: no claim is read.
+			{"get", "persistentvolumeclaims", "default", false},
 			{"patch", "replicatedvolumes.ferry.zfs.csi.io", "", true}, // only the finalizer: admission-replicatedvolumes.yaml
 			{"update", "replicatedvolumes.ferry.zfs.csi.io", "", false},
 			{"delete", "replicatedvolumes.ferry.zfs.csi.io", "", false},
