@@ -21,6 +21,8 @@ type Node struct {
 	mount ports.Mounter
 	locks *Locks
 	log   *zap.Logger
+	// repl, when set, hands replicated volumes over (EnableReplication).
+	repl *NodeReplication
 }
 
 // NewNode returns the node use cases.
@@ -70,6 +72,11 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 	}
 	defer unlock()
 	info, err := n.store.GetVolume(ctx, id)
+	if errors.Is(err, ports.ErrNotFound) {
+		if repl, rerr := n.replicated(ctx, id); rerr == nil && repl {
+			return n.noLocalCopy(ctx, id)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -83,6 +90,19 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 			return nil
 		}
 		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, ErrIncompatible)
+	}
+	if !readOnly {
+		repl, err := n.replicated(ctx, id)
+		if err != nil {
+			return err
+		}
+		if repl {
+			// Mounted read/write only once this replica is the single
+			// active primary.
+			if err := n.acquire(ctx, id, log); err != nil {
+				return err
+			}
+		}
 	}
 	log.Info("publishing volume", zap.Bool("readOnly", readOnly))
 	if err := n.mount.BindMount(ctx, info.MountPath, target, readOnly); err != nil {
@@ -161,8 +181,36 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 	if !removed {
 		log.Info("target not removed: absent, or not an empty directory")
 	}
+	if source != "" {
+		if err := n.releaseIfLast(ctx, id, info, log); err != nil {
+			return err
+		}
+	}
 	log.Info("volume unpublished")
 	return nil
+}
+
+// releaseIfLast ends this node's primary term of a replicated volume when
+// no other target of this node still shows the volume (two pods on one
+// node may share it): the final snapshot is recorded before the answer. A
+// retried unpublish, with the target already gone, releases again: a no-op
+// once done.
+func (n *Node) releaseIfLast(ctx context.Context, id volume.ID, info ports.VolumeInfo, log *zap.Logger) error {
+	repl, err := n.replicated(ctx, id)
+	if err != nil || !repl {
+		return err
+	}
+	mounts, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if m != path.Clean(info.MountPath) {
+			log.Info("volume still published at another target: the primary stays", zap.String("other", m))
+			return nil
+		}
+	}
+	return n.release(ctx, id, log)
 }
 
 // volumePath checks a NodeGetVolumeStats / NodeExpandVolume volume_path.

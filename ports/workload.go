@@ -30,6 +30,11 @@ type ReplicaWorkload interface {
 	// Segment is the topology segment (key, value) of the nodes where the
 	// volume may be used (placement labels, kept by each node's daemon).
 	Segment(id volume.ID) (key, value string)
+	// SetOutside moves node's replica pod of id out of the workload (a
+	// publish: the ReplicaSet stops counting it and can no longer delete
+	// it) or back in (unpublish), the pod running on either way.
+	// ErrNotFound when node has no live pod of the volume.
+	SetOutside(ctx context.Context, id volume.ID, node replica.Node, outside bool) error
 }
 
 // WorkloadStatus is a volume's workload as the cluster shows it.
@@ -38,6 +43,9 @@ type WorkloadStatus struct {
 	// replicas); Running how many of its pods exist and are not being
 	// deleted.
 	Secondaries, Running int
+	// Outside is how many live pods of the volume run outside the
+	// workload (the active primary's, a publishing replica's).
+	Outside int
 	// OnNode says whether the node asked about has a pod of the volume
 	// (secondary or primary), even one being deleted: its volume manager
 	// may be leaving the volume, and a new one must not undo that.

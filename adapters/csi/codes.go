@@ -30,7 +30,9 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, app.ErrUnsupported):
 		code = codes.InvalidArgument
-	case errors.Is(err, app.ErrPending):
+	case errors.Is(err, app.ErrPending), errors.Is(err, ports.ErrNotPrimary):
+		// Another call is in progress, or another replica is the primary
+		// (a rolling update overlaps two pods): the kubelet retries.
 		code = codes.Aborted
 	case errors.Is(err, app.ErrInvalidToken):
 		code = codes.Aborted

@@ -34,6 +34,7 @@ func TestEveryTypedErrorMapsToItsCSICode(t *testing.T) {
 		{ports.ErrNotOwned, codes.FailedPrecondition},
 		{ports.ErrBusy, codes.FailedPrecondition},
 		{app.ErrPending, codes.Aborted},
+		{ports.ErrNotPrimary, codes.Aborted},
 		{app.ErrInvalidToken, codes.Aborted},
 		{ports.ErrConflict, codes.Aborted},
 		{ports.ErrUnavailable, codes.Unavailable},

@@ -79,8 +79,9 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 		return false, err
 	}
 	if st.Primary == a.node {
-		// The sizer of this volume's workload.
-		if err := a.workload.Apply(ctx, id, placement.Desired(st), 0); err != nil {
+		// The sizer of this volume's workload: the pods outside it (the
+		// active primary's, a publishing replica's) are not its to run.
+		if err := a.workload.Apply(ctx, id, placement.DesiredAround(st, ws.Outside), 0); err != nil {
 			return false, err
 		}
 	}

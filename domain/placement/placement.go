@@ -42,26 +42,32 @@ type Objects struct {
 // copy and leaves the list, retrying until it has; the pods go with the
 // volume's object once the last one left), none is protected from a
 // drain, and the volume is usable nowhere.
-func Desired(s replica.State) Objects {
+func Desired(s replica.State) Objects { return DesiredAround(s, 0) }
+
+// DesiredAround is Desired when outside of the volume's replica pods run
+// outside its ReplicaSet: the active primary's, and a replica's that left
+// the ReplicaSet for a publish and is not the primary yet (it leaves
+// first, so that the ReplicaSet never deletes it to scale down). The
+// ReplicaSet runs the rest of the replication factor, so that a handover
+// neither adds a replica nor takes one; the active primary counts as
+// outside even while its pod is missing (its daemon starts it outside).
+func DesiredAround(s replica.State, outside int) Objects {
 	if s.Deleting {
 		o := s
 		o.Deleting = false
-		d := Desired(o)
+		d := DesiredAround(o, outside)
 		d.MinAvailable, d.UsableOn = 0, nil
 		return d
 	}
-	active := false
+	active := 0
 	for _, r := range s.Replicas {
 		if r.Active {
-			active = true
+			active++
 		}
 	}
-	o := Objects{Secondaries: s.ReplicationFactor}
-	if active {
-		o.Secondaries--
-	}
+	o := Objects{Secondaries: max(s.ReplicationFactor-max(outside, active), 0)}
 	o.MinAvailable = max(o.Secondaries-1, 0)
-	if !active && o.Secondaries > 0 {
+	if active == 0 && o.Secondaries > 0 {
 		o.MinAvailable = max(o.MinAvailable, 1)
 	}
 	o.UsableOn = UsableOn(s)

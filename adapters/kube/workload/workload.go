@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -340,6 +341,9 @@ func (a *Applier) Status(ctx context.Context, id volume.ID, node replica.Node) (
 		if p.DeletionTimestamp == nil && p.Labels[labelComponent] == ComponentReplica {
 			st.Running++
 		}
+		if p.DeletionTimestamp == nil && p.Labels[labelComponent] == ComponentPrimary {
+			st.Outside++
+		}
 	}
 	return st, nil
 }
@@ -351,4 +355,61 @@ func (a *Applier) Scale(ctx context.Context, id volume.ID, secondaries int) erro
 		return fmt.Errorf("scale the workload of volume %s to %d: %w", id, secondaries, err)
 	}
 	return nil
+}
+
+// SetOutside implements ports.ReplicaWorkload: node's live replica pod of
+// id gets the primary's component label (outside the ReplicaSet's
+// selector: the ReplicaSet releases it) and a reference to the
+// ReplicatedVolume (a pod the ReplicaSet made has no other owner, and must
+// still go with the volume), or the replica's label again (the ReplicaSet
+// adopts it). A strategic merge patch: owner references merge by UID.
+func (a *Applier) SetOutside(ctx context.Context, id volume.ID, node replica.Node, outside bool) error {
+	pods, err := a.client.CoreV1().Pods(a.tpl.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(id),
+		FieldSelector: "spec.nodeName=" + string(node),
+	})
+	if err != nil {
+		return fmt.Errorf("replica pod of volume %s on %s: %w", id, node, err)
+	}
+	var pod *corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && p.Spec.NodeName == string(node) {
+			pod = p
+		}
+	}
+	if pod == nil {
+		return fmt.Errorf("no live replica pod of volume %s on %s: %w", id, node, ports.ErrNotFound)
+	}
+	component := ComponentReplica
+	if outside {
+		component = ComponentPrimary
+	}
+	if pod.Labels[labelComponent] == component && (!outside || ownedByVolume(pod)) {
+		return nil // already so: no write
+	}
+	patch := map[string]any{"metadata": map[string]any{"labels": map[string]string{labelComponent: component}}}
+	if outside {
+		owner, err := a.owner(ctx, id)
+		if err != nil {
+			return err
+		}
+		patch["metadata"].(map[string]any)["ownerReferences"] = ownerRef(owner)
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if _, err := a.client.CoreV1().Pods(a.tpl.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "ferry"}); err != nil {
+		return fmt.Errorf("move the replica pod %s of volume %s %s the workload: %w", pod.Name, id, map[bool]string{true: "out of", false: "into"}[outside], err)
+	}
+	return nil
+}
+
+func ownedByVolume(p *corev1.Pod) bool {
+	for _, r := range p.OwnerReferences {
+		if r.Kind == rvapi.Kind && r.APIVersion == rvapi.APIVersion {
+			return true
+		}
+	}
+	return false
 }

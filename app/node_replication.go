@@ -1,0 +1,166 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// NodeReplication is what the node plugin needs to hand a replicated
+// volume over (seed 000): the shared state, this node's volume managers
+// and the volumes' workloads.
+type NodeReplication struct {
+	Cluster  ports.ClusterState
+	Control  ports.ReplicaControl
+	Workload ports.ReplicaWorkload
+	Events   ports.EventRecorder
+	// Wait is how long a read/write publish waits for the replica to
+	// become the primary (another node's pod may still hold the volume: a
+	// rolling update overlaps two pods) before answering Aborted so that
+	// the kubelet retries; and how long an unpublish waits for the final
+	// snapshot. DefaultHandoverWait when 0.
+	Wait time.Duration
+}
+
+// DefaultHandoverWait is NodeReplication.Wait's default.
+const DefaultHandoverWait = 30 * time.Second
+
+// EnableReplication makes Publish and Unpublish hand replicated volumes
+// over: a read/write publish makes this node's replica the single active
+// primary first, an unpublish ends its term with a final snapshot.
+func (n *Node) EnableReplication(r NodeReplication) {
+	if r.Wait <= 0 {
+		r.Wait = DefaultHandoverWait
+	}
+	n.repl = &r
+}
+
+// replicated reads the volume's shared state; false when the volume is
+// not replicated (no state) or replication is not enabled.
+func (n *Node) replicated(ctx context.Context, id volume.ID) (bool, error) {
+	if n.repl == nil {
+		return false, nil
+	}
+	_, err := n.repl.Cluster.Get(ctx, id)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ports.ErrNotFound):
+		return false, nil
+	}
+	return false, err
+}
+
+// noLocalCopy answers a publish of a replicated volume on a node that holds
+// no copy of it: the placement keeps pods off such nodes, and none is made
+// on the fly.
+func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
+	st, err := n.repl.Cluster.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("node %s holds no replica of volume %s; it may be used on %v", n.cfg.Node, id, placement.UsableOn(st))
+	n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "NoReplicaHere", Message: msg})
+	return fmt.Errorf("%s: %w", msg, ErrPrecondition)
+}
+
+// acquire makes this node's replica of id the active primary (seed 000):
+// its pod leaves the volume's workload first and the workload is sized
+// for the rest, in that order, so that the ReplicaSet never deletes it;
+// then its volume manager catches up and promotes itself by
+// compare-and-swap. When it does not within Wait (another node is still
+// active), the pod rejoins and the answer wraps ports.ErrNotPrimary.
+func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
+	start := time.Now()
+	if err := n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, true); err != nil {
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("the volume manager of volume %s on %s is not running yet: %w", id, n.cfg.Node, ports.ErrNotPrimary)
+		}
+		return err
+	}
+	if err := n.resize(ctx, id, 0); err != nil {
+		log.Warn("workload not resized for the publish", zap.Error(err))
+	}
+	err := n.repl.Control.Acquire(ctx, id, n.repl.Wait)
+	if err != nil {
+		if rerr := n.rejoin(ctx, id); rerr != nil {
+			log.Warn("the replica pod did not rejoin the workload after a failed publish", zap.Error(rerr))
+		}
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("%v: %w", err, ports.ErrNotPrimary)
+		}
+		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PublishWaiting", Message: err.Error()})
+		return err
+	}
+	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// release ends this node's replica's term, if it is the active primary:
+// a final snapshot recorded with the demotion, before the unpublish
+// answers; then its pod rejoins the workload.
+func (n *Node) release(ctx context.Context, id volume.ID, log *zap.Logger) error {
+	err := n.repl.Control.Release(ctx, id, n.repl.Wait)
+	if errors.Is(err, ports.ErrNotFound) {
+		// No volume manager here: fine unless the state says this node
+		// is the active primary (its final snapshot must be recorded).
+		st, gerr := n.repl.Cluster.Get(ctx, id)
+		if gerr != nil {
+			if errors.Is(gerr, ports.ErrNotFound) {
+				return nil
+			}
+			return gerr
+		}
+		if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
+			return fmt.Errorf("%v, and it is the active primary: its final snapshot cannot be taken yet: %w", err, ports.ErrUnavailable)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := n.rejoin(ctx, id); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		log.Warn("the replica pod did not rejoin the workload after unpublish", zap.Error(err))
+	}
+	log.Info("released: the final snapshot is recorded")
+	return nil
+}
+
+// rejoin moves this node's pod back into the workload unless its replica
+// is the active primary: the workload is raised first, then the pod joins
+// (a ReplicaSet deletes a surplus pod at once; raised first, the surplus
+// it may create meanwhile is a new pod, not ready, deleted first).
+func (n *Node) rejoin(ctx context.Context, id volume.ID) error {
+	st, err := n.repl.Cluster.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
+		return nil
+	}
+	if err := n.resize(ctx, id, -1); err != nil {
+		return err
+	}
+	return n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, false)
+}
+
+// resize sizes the volume's workload for the pods outside it, plus delta
+// (a pod about to move in: -1).
+func (n *Node) resize(ctx context.Context, id volume.ID, delta int) error {
+	st, err := n.repl.Cluster.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	ws, err := n.repl.Workload.Status(ctx, id, n.cfg.Node)
+	if err != nil {
+		return err
+	}
+	return n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, max(ws.Outside+delta, 0)), 0)
+}

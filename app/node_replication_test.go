@@ -1,0 +1,165 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+type replNode struct {
+	n       *app.Node
+	store   *mocks.MockSnapshotStore
+	mnt     *mocks.MockMounter
+	work    *mocks.MockReplicaWorkload
+	control *mocks.MockReplicaControl
+	events  *events
+}
+
+// newReplNode is node-1 (cfg.Node) with volume v replicated twice: node-2
+// is the active primary of epoch 1 and node-1 a ready secondary.
+func newReplNode(t *testing.T) replNode {
+	ctrl := gomock.NewController(t)
+	r := replNode{store: mocks.NewMockSnapshotStore(ctrl), mnt: mocks.NewMockMounter(ctrl),
+		work: mocks.NewMockReplicaWorkload(ctrl), control: mocks.NewMockReplicaControl(ctrl), events: &events{}}
+	states := fakecluster.New()
+	if _, err := states.Create(ctx, replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Primary: "node-2", Replicas: []replica.Replica{
+		{Node: cfg.Node, Snapshot: 3, SnapshotEpoch: 1, Ready: true}, {Node: "node-2", Snapshot: 3, SnapshotEpoch: 1, Ready: true, Active: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.n = app.NewNode(cfg, r.store, r.mnt, zap.NewNop())
+	r.n.EnableReplication(app.NodeReplication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	return r
+}
+
+func secondaries(n int) gomock.Matcher {
+	return gomock.Cond(func(o placement.Objects) bool { return o.Secondaries == n })
+}
+
+var rwCap = volume.Capability{Mode: volume.SingleNodeWriter}
+
+// A read/write publish: the pod leaves the workload, the workload is sized
+// without it (two pods outside: the primary's and this one), the replica
+// becomes the primary, and only then is the volume mounted.
+func TestAReadWritePublishMakesTheReplicaThePrimaryBeforeMounting(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	gomock.InOrder(
+		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Secondaries: 1, Running: 0, Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(0), time.Duration(0)).Return(nil),
+		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
+		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
+	)
+	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While another node stays active past the wait, nothing is mounted, the
+// pod rejoins the workload (raised first) and the kubelet is told to retry.
+func TestAPublishThatCannotBecomePrimaryMountsNothingAndRejoins(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	gomock.InOrder(
+		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(0), time.Duration(0)).Return(nil),
+		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(errors.Join(errors.New("node-2 is the active primary of epoch 1"), ports.ErrNotPrimary)),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(1), time.Duration(0)).Return(nil),
+		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, false).Return(nil),
+	)
+	err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
+	if !errors.Is(err, ports.ErrNotPrimary) {
+		t.Fatalf("publish while node-2 stays active: %v, want ErrNotPrimary", err)
+	}
+	if got := r.events.reasons(); len(got) != 1 || got[0] != "PublishWaiting" {
+		t.Fatalf("events %v, want PublishWaiting", got)
+	}
+}
+
+// A read-only publish asks nothing of the replicas.
+func TestAReadOnlyPublishOfAReplicatedVolumeAcquiresNothing(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, true).Return(nil)
+	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, ReadOnly: true, Capability: rwCap}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node without a copy gets none made on the fly: FailedPrecondition, and
+// an event naming where the volume may be used.
+func TestAPublishWhereNoReplicaIsIsAPreconditionFailure(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{}, notFound("v"))
+	err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
+	if !errors.Is(err, app.ErrPrecondition) {
+		t.Fatalf("publish without a local copy: %v, want ErrPrecondition", err)
+	}
+	if got := r.events.reasons(); len(got) != 1 || got[0] != "NoReplicaHere" {
+		t.Fatalf("events %v, want NoReplicaHere", got)
+	}
+}
+
+// Unpublish of the last target: the final snapshot is recorded (Release)
+// before the answer, then the pod rejoins the workload, raised first.
+func TestUnpublishOfTheLastTargetReleasesThenRejoins(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	gomock.InOrder(
+		r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: vol.MountSource}, true, nil),
+		r.mnt.EXPECT().Unmount(gomock.Any(), podTargetParts).Return(nil),
+		r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil),
+		r.mnt.EXPECT().RemoveDir(podTargetParts).Return(true, nil),
+		r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil),
+		r.control.EXPECT().Release(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(1), time.Duration(0)).Return(nil),
+		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, false).Return(nil),
+	)
+	if err := r.n.Unpublish(ctx, "v", podTarget); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Another target on this node still shows the volume: the primary stays.
+func TestUnpublishWhileAnotherTargetHoldsTheVolumeReleasesNothing(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	r.mnt.EXPECT().RemoveDir(podTargetParts).Return(false, nil)
+	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath, "/var/lib/kubelet/pods/y/mount"}, nil)
+	if err := r.n.Unpublish(ctx, "v", podTarget); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release that does not finish is an error: the kubelet retries the
+// unpublish (the target is gone by then), which releases again.
+func TestAnUnfinishedReleaseFailsTheUnpublish(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	r.mnt.EXPECT().RemoveDir(podTargetParts).Return(false, nil)
+	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil)
+	r.control.EXPECT().Release(gomock.Any(), volume.ID("v"), time.Second).Return(errors.Join(context.DeadlineExceeded, ports.ErrNotPrimary))
+	if err := r.n.Unpublish(ctx, "v", podTarget); !errors.Is(err, ports.ErrNotPrimary) {
+		t.Fatalf("unpublish whose release did not finish: %v", err)
+	}
+}
