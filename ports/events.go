@@ -7,7 +7,7 @@ import (
 )
 
 // EventRecorder raises events an operator should see next to the volume
-// (Kubernetes Events on its resource; log lines until then).
+// (Kubernetes Events on its ReplicatedVolume and claim; log lines always).
 type EventRecorder interface {
 	// Record raises an event; it never fails the caller (recording is best
 	// effort, the log line is the record of last resort).

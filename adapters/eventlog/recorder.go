@@ -1,6 +1,7 @@
 // Package eventlog records Ferry's events as structured log lines: the
-// EventRecorder until the Kubernetes adapter turns them into Events on the
-// volume's resource.
+// EventRecorder outside Kubernetes, and the record of last resort under
+// adapters/kube/events, which logs every event here before raising it as
+// a Kubernetes Event.
 package eventlog
 
 import (
