@@ -63,8 +63,8 @@ type Replicator struct {
 	// proceeds instead of waiting for a state.
 	terminating bool
 
-	mu       sync.Mutex
-	status   Status
+	mu     sync.Mutex
+	status Status
 	// requests are publish events for the machine, in order (Acquire,
 	// Abandon, Release), stepped by Run's goroutine.
 	requests []replica.Event
@@ -73,7 +73,7 @@ type Replicator struct {
 	acquirers int
 	// statusChanged is closed and replaced whenever status is updated.
 	statusChanged chan struct{}
-	transfer *Progress
+	transfer      *Progress
 	// lastBlocked is the last DiscardBlocked message raised.
 	lastBlocked string
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
