@@ -122,7 +122,7 @@ test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real 
 
 # The cluster tests of replicated volumes (test-k8s) and the others
 # (test-cluster) share one package; each target runs its half.
-K8S_TESTS := ^Test(AReplicatedClaim|Draining|RestartingTheDaemon)
+K8S_TESTS := ^Test(AReplicatedClaim|Draining|RestartingTheDaemon|AStatefulSetPodMoves|ADeploymentWithRecreate|TwoPodsWanting)
 CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 30m -v $(1) ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
 	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)')

@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
+	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -177,4 +178,30 @@ func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.In
 		return nil, nil, err
 	}
 	return kube, dyn, nil
+}
+
+// nodeReplication lets the node plugin hand replicated volumes over
+// (--replica-template with --cluster-state kubernetes): publish and
+// unpublish reach this node's volume managers through their control
+// sockets in --replica-control-dir.
+func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder) error {
+	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
+		return nil
+	}
+	tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
+	if err != nil {
+		return err
+	}
+	kube, dyn, err := kubeClients(o, "node")
+	if err != nil {
+		return err
+	}
+	n.EnableReplication(app.NodeReplication{
+		Cluster:  rvstate.New(dyn, nil),
+		Control:  replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
+		Workload: workload.New(kube, dyn, tpl),
+		Events:   events,
+		Wait:     o.HandoverWait,
+	})
+	return nil
 }

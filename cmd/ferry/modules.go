@@ -164,6 +164,8 @@ func daemonApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, s ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
 				return daemonKube(lc, o, s, events, log)
 			},
+			// Publish and unpublish hand replicated volumes over.
+			func(uc *app.Node, events ports.EventRecorder) error { return nodeReplication(o, uc, events) },
 		),
 	)
 }
@@ -206,6 +208,7 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
 		),
 	)
 }

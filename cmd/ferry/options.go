@@ -52,6 +52,9 @@ type Options struct {
 	PeerAdvertise    string // daemon: the peer address other nodes dial
 	PlacementPeriod  time.Duration
 	ReplicaTemplate  string // daemon: the replica pods' template (YAML)
+	ControlDir       string // volume-manager: where its control socket goes
+	ReplicaControl   string // daemon: where the volume managers' control sockets are
+	HandoverWait     time.Duration
 	Tick             time.Duration
 	Resync           time.Duration
 	Watch            bool
@@ -102,6 +105,8 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
 	fs.StringVar(&o.ReplicaTemplate, "replica-template", "", "with --serve-controller and --cluster-state kubernetes: the replica pods' template (YAML, deploy/replica-template.yaml); volumes of defaultReplicationFactor 2 or more are then replicated; empty: none are")
 	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
+	fs.StringVar(&o.ReplicaControl, "replica-control-dir", "/var/lib/ferry-control", "with --replica-template: the directory of the volume managers' control sockets (a host directory both mount); publish and unpublish of replicated volumes go through them")
+	fs.DurationVar(&o.HandoverWait, "handover-wait", app.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
 	return o
 }
 
@@ -150,6 +155,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.Var(&o.MaxTransferRate, "max-transfer-rate", "limit of each transfer this replica receives, in `bytes` per second: a number, or with a suffix k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 50M or 64Mi; at least 64Ki; 0: unlimited")
 	fs.StringVar(&o.ProbeListen, "probe-listen", "", "address of the readiness probe (GET /ready: 200 while the replica is up to date or the active primary, else 503); empty: none")
 	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
+	fs.StringVar(&o.ControlDir, "control-dir", "", "directory of the control socket the node plugin hands publish and unpublish over (a host directory only root enters); empty: none")
 	return o
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -218,5 +220,36 @@ func serveHTTP(lc fx.Lifecycle, addr string, h http.Handler, what string, log *z
 			return nil
 		},
 		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
+	})
+}
+
+// controlServer serves the node plugin's publish and unpublish requests
+// (adapters/replicactl) on this volume manager's socket in --control-dir.
+func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+	if o.ControlDir == "" {
+		return
+	}
+	srv := &http.Server{Handler: replicactl.Handler(r), ReadHeaderTimeout: 5 * time.Second}
+	var path string
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			id, err := volume.ParseID("--volume", o.Volume)
+			if err != nil {
+				return err
+			}
+			l, err := replicactl.Listen(o.ControlDir, replica.Node(o.NodeID), id)
+			if err != nil {
+				return err
+			}
+			path = l.Addr().String()
+			go func() { _ = srv.Serve(l) }()
+			log.Info("serving publish and unpublish", zap.String("socket", path))
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			_ = os.Remove(path)
+			return err
+		},
 	})
 }

@@ -28,6 +28,9 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"create", "replicasets.apps", "ferry-system", true},
 			{"create", "poddisruptionbudgets.policy", "ferry-system", true},
 			{"create", "pods", "ferry-system", true},
+			// Its replica pod out of the ReplicaSet for a publish and back.
+			{"patch", "pods", "ferry-system", true},
+			{"patch", "pods", "default", false},
 			{"update", "leases.coordination.k8s.io", "ferry-system", true},
 			// Events on ReplicatedVolumes (cluster-scoped: in default) and
 			// on claims, whose UID the recorder reads.
