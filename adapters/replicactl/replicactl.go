@@ -26,6 +26,10 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
+// maxSocketPath is the longest path a unix socket may have (sun_path
+// holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
 // MaxWait bounds the wait a request may ask for.
 const MaxWait = 2 * time.Minute
 
@@ -48,10 +52,13 @@ type Manager interface {
 // previous process (a socket nobody answers on); a socket another live
 // process answers on is refused.
 func Listen(dir string, node replica.Node, id volume.ID) (net.Listener, error) {
+	path := SocketPath(dir, node, id)
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("control socket %s: longer than a socket path may be (%d bytes): use a shorter --control-dir", path, maxSocketPath)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control directory %s: %w", dir, err)
 	}
-	path := SocketPath(dir, node, id)
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("control socket %s: exists and is not a socket", path)
