@@ -149,7 +149,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				"replicatedvolumes/status":      {"update"},
 				"replicasets":                   {"create", "patch"},
 				"poddisruptionbudgets":          {"create", "patch"},
-				"pods":                          {"create"},
+				"pods":                          {"create", "patch"}, // patch: its replica pod out of the ReplicaSet for a publish and back
 			}
 			var bad []string
 			for _, r := range pr.Resources {

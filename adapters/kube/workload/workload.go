@@ -178,9 +178,10 @@ func (a *Applier) StartReplica(ctx context.Context, id volume.ID, node replica.N
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(id, node), Namespace: a.tpl.Namespace,
 			Labels: tpl.Labels, Annotations: tpl.Annotations,
-			// Not a controller reference: the ReplicaSet may still adopt it;
-			// the garbage collector removes it with the ReplicatedVolume.
-			OwnerReferences: ownerRef(owner)},
+			// A controller reference only outside the ReplicaSet (which may
+			// adopt it otherwise); the garbage collector removes it with
+			// the ReplicatedVolume.
+			OwnerReferences: podOwner(owner, primary)},
 		Spec: *tpl.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = string(node)
@@ -206,6 +207,9 @@ func (a *Applier) Ensure(ctx context.Context, owner Owner, o placement.Objects, 
 	cur, err := rss.Get(ctx, rs.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		if err := a.ensurePrimaryBudget(ctx, owner); err != nil {
+			return err
+		}
 		if _, err := rss.Create(ctx, rs, metav1.CreateOptions{FieldManager: "ferry"}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create ReplicaSet %s/%s: %w", a.tpl.Namespace, rs.Name, err)
 		}
@@ -234,6 +238,50 @@ func (a *Applier) Ensure(ctx context.Context, owner Owner, o placement.Objects, 
 		}
 	}
 	return nil
+}
+
+// PrimaryBudget renders the budget of the volume's pods outside its
+// ReplicaSet (the active primary's, a publishing replica's): none may be
+// evicted (maxUnavailable 0). A drain of the primary's node then evicts
+// the pod using the volume first; its unpublish ends the primary's term
+// and moves the replica pod back into the ReplicaSet, whose own budget
+// then lets it go. Without it, the volume manager would be evicted from
+// under a mounted primary, and the unpublish could not record the final
+// snapshot until the daemon started it again.
+func (a *Applier) PrimaryBudget(owner Owner) *policyv1.PodDisruptionBudget {
+	zero := intstr.FromInt32(0)
+	sel := map[string]string{labelName: "ferry", labelComponent: ComponentPrimary, rvapi.LabelVolume: rvapi.Hash(owner.Volume)}
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(owner.Volume) + "-primary", Namespace: a.tpl.Namespace, Labels: sel, OwnerReferences: ownerRef(owner)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: &zero,
+			Selector:       &metav1.LabelSelector{MatchLabels: sel},
+		},
+	}
+}
+
+func (a *Applier) ensurePrimaryBudget(ctx context.Context, owner Owner) error {
+	pdb := a.PrimaryBudget(owner)
+	pdbs := a.client.PolicyV1().PodDisruptionBudgets(a.tpl.Namespace)
+	if _, err := pdbs.Get(ctx, pdb.Name, metav1.GetOptions{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read PodDisruptionBudget %s/%s: %w", a.tpl.Namespace, pdb.Name, err)
+	}
+	if _, err := pdbs.Create(ctx, pdb, metav1.CreateOptions{FieldManager: "ferry"}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create PodDisruptionBudget %s/%s: %w", a.tpl.Namespace, pdb.Name, err)
+	}
+	return nil
+}
+
+// podOwner is the reference of a replica pod to its volume: the
+// controller of a pod outside the ReplicaSet (kubectl drain evicts only
+// pods that name a controller), a plain owner otherwise (the ReplicaSet
+// adopts only pods without a controller).
+func podOwner(owner Owner, outside bool) []metav1.OwnerReference {
+	refs := ownerRef(owner)
+	refs[0].Controller = &outside
+	return refs
 }
 
 func ownerRef(owner Owner) []metav1.OwnerReference {
@@ -384,17 +432,35 @@ func (a *Applier) SetOutside(ctx context.Context, id volume.ID, node replica.Nod
 	if outside {
 		component = ComponentPrimary
 	}
-	if pod.Labels[labelComponent] == component && (!outside || ownedByVolume(pod)) {
+	if pod.Labels[labelComponent] == component && volumeController(pod) == outside {
 		return nil // already so: no write
 	}
-	patch := map[string]any{"metadata": map[string]any{"labels": map[string]string{labelComponent: component}}}
+	owner, err := a.owner(ctx, id)
+	if err != nil {
+		return err
+	}
 	if outside {
-		owner, err := a.owner(ctx, id)
-		if err != nil {
+		if err := a.ensurePrimaryBudget(ctx, owner); err != nil {
 			return err
 		}
-		patch["metadata"].(map[string]any)["ownerReferences"] = ownerRef(owner)
 	}
+	// Out: the volume becomes the pod's controller (the ReplicaSet
+	// releases it as its labels no longer match). In: a plain owner again,
+	// so that the ReplicaSet adopts it. Owner references merge by UID.
+	refs := []any{podOwner(owner, outside)[0]}
+	if outside {
+		// The ReplicaSet's controller reference goes in the same write:
+		// a pod names one controller at most, and the ReplicaSet would
+		// only release it later.
+		for _, r := range pod.OwnerReferences {
+			if r.Kind == "ReplicaSet" && r.Controller != nil && *r.Controller {
+				refs = append(refs, map[string]any{"$patch": "delete", "uid": string(r.UID)})
+			}
+		}
+	}
+	patch := map[string]any{"metadata": map[string]any{
+		"labels":          map[string]string{labelComponent: component},
+		"ownerReferences": refs}}
 	body, err := json.Marshal(patch)
 	if err != nil {
 		return err
@@ -405,10 +471,11 @@ func (a *Applier) SetOutside(ctx context.Context, id volume.ID, node replica.Nod
 	return nil
 }
 
-func ownedByVolume(p *corev1.Pod) bool {
+// volumeController: the pod names its ReplicatedVolume as its controller.
+func volumeController(p *corev1.Pod) bool {
 	for _, r := range p.OwnerReferences {
 		if r.Kind == rvapi.Kind && r.APIVersion == rvapi.APIVersion {
-			return true
+			return r.Controller != nil && *r.Controller
 		}
 	}
 	return false

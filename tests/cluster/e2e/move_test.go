@@ -244,3 +244,36 @@ func TestTwoPodsWantingTheSameVolumeNeverBothWrite(t *testing.T) {
 		t.Fatalf("after the first pod left: %+v", rv.Status)
 	}
 }
+
+// kubectl drain of the primary's node: the pod using the volume is
+// evicted first (the primary's volume manager is held by its budget until
+// the unpublish recorded the final snapshot and moved it back into the
+// ReplicaSet), comes up on another replica's node with its data, and the
+// drain completes.
+func TestDrainingThePrimarysNodeMovesThePodWithItsData(t *testing.T) {
+	ns := namespace(t)
+	must(t, statefulSetYAML("db"), "-n", ns, "apply", "-f", "-")
+	pod, first := podOf(t, ns, "db", 120*time.Second)
+	vol := volumeOf(t, ns, "data-db-0")
+	blob := writeRandom(t, ns, pod, "blob", 1024)
+	waitReady(t, vol)
+	last := writeRandom(t, ns, pod, "last", 16)
+	t.Cleanup(func() { _, _ = kubectl(t, "", "uncordon", first) })
+	start := time.Now()
+	must(t, "", "drain", first, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s")
+	t.Logf("drain of %s took %s", first, time.Since(start).Round(100*time.Millisecond))
+	pod, second := podOf(t, ns, "db", 180*time.Second)
+	if second == first {
+		t.Fatalf("the pod is still on the drained node %s", first)
+	}
+	if checksum(t, ns, pod, "blob") != blob || checksum(t, ns, pod, "last") != last {
+		t.Fatal("the data did not move with the pod")
+	}
+	rv, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rv.Status.Primary != second || activeCount(rv) != 1 {
+		t.Fatalf("after the drain: %+v", rv.Status)
+	}
+}
