@@ -99,6 +99,12 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PublishWaiting", Message: err.Error()})
 		return err
 	}
+	// What the replica received while a secondary must be what the pod
+	// reads: a remount drops file pages a FUSE-based ZFS kept cached from
+	// before (this node's earlier term as the primary).
+	if err := n.store.Remount(ctx, id); err != nil {
+		return fmt.Errorf("the replica here is the primary, but its filesystem could not be remounted before the pod's mount: %v: %w", err, ErrPending)
+	}
 	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
 	return nil
 }

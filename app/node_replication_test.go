@@ -51,7 +51,8 @@ var rwCap = volume.Capability{Mode: volume.SingleNodeWriter}
 
 // A read/write publish: the pod leaves the workload, the workload is sized
 // without it (two pods outside: the primary's and this one), the replica
-// becomes the primary, and only then is the volume mounted.
+// becomes the primary, its filesystem is remounted (nothing cached from
+// before what it received), and only then is the volume mounted.
 func TestAReadWritePublishMakesTheReplicaThePrimaryBeforeMounting(t *testing.T) {
 	r := newReplNode(t)
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
@@ -61,6 +62,7 @@ func TestAReadWritePublishMakesTheReplicaThePrimaryBeforeMounting(t *testing.T) 
 		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Secondaries: 1, Running: 0, Outside: 2, OnNode: true}, nil),
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(0), time.Duration(0)).Return(nil),
 		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
+		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
 		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
 	)
 	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {

@@ -38,6 +38,13 @@ type SnapshotStore interface {
 	SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error
 	// SetMetadata merges Ferry metadata keys into the volume's.
 	SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error
+	// Remount unmounts the volume's filesystem and mounts it again, so
+	// that readers see what the dataset holds now: a FUSE-based ZFS
+	// (zfs-fuse) leaves file pages cached in the kernel across a receive
+	// into the mounted filesystem, and a replica that becomes the primary
+	// would show its pod stale data. ErrBusy while something uses the
+	// mount (a pod's bind mount).
+	Remount(ctx context.Context, id volume.ID) error
 	// Capacity reports the bytes available for new volumes and the pool's size.
 	Capacity(ctx context.Context) (PoolCapacity, error)
 

@@ -186,6 +186,14 @@ func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[stri
 	return nil
 }
 
+// Remount: a directory has no mount to refresh; the volume must exist.
+func (s *Store) Remount(ctx context.Context, id volume.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.lookup(id)
+	return err
+}
+
 func (s *Store) Capacity(ctx context.Context) (ports.PoolCapacity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

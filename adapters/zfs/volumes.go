@@ -219,3 +219,19 @@ func (s *Store) setMeta(target string, metadata map[string]string) error {
 	}
 	return nil
 }
+
+// Remount implements ports.SnapshotStore: unmount (retried while briefly
+// busy), then mount.
+func (s *Store) Remount(ctx context.Context, id volume.ID) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	ds := s.dataset(id)
+	if err := retryBusy(ctx, func() error { return s.unmount(ctx, ds) }); err != nil {
+		return fmt.Errorf("remount volume %s: %w", id, err)
+	}
+	if _, err := s.run.zfs(ctx, "mount", ds); err != nil && !strings.Contains(err.Error(), "already mounted") {
+		return fmt.Errorf("remount volume %s: mounting: %w", id, err)
+	}
+	return nil
+}

@@ -206,6 +206,20 @@ func (mr *MockSnapshotStoreMockRecorder) ReceiveReplacement(ctx, id, stream, com
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "ReceiveReplacement", reflect.TypeOf((*MockSnapshotStore)(nil).ReceiveReplacement), ctx, id, stream, commit)
 }
 
+// Remount mocks base method.
+func (m *MockSnapshotStore) Remount(ctx context.Context, id volume.ID) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "Remount", ctx, id)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// Remount indicates an expected call of Remount.
+func (mr *MockSnapshotStoreMockRecorder) Remount(ctx, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Remount", reflect.TypeOf((*MockSnapshotStore)(nil).Remount), ctx, id)
+}
+
 // Resize mocks base method.
 func (m *MockSnapshotStore) Resize(ctx context.Context, id volume.ID, capacityBytes int64) error {
 	m.ctrl.T.Helper()

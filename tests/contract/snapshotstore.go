@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -40,6 +41,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"a full stream recreates the data and keeps the snapshot GUID", fullStream},
 		{"streams carry no metadata; the receiver sets it", snapshotMetadataIsSetNotSent},
 		{"an incremental stream applies only on its unchanged base", incrementalStream},
+		{"after a receive into a mounted volume, a remount shows what it received", remountShowsReceived},
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
 		{"capacity shrinks by what volumes reserve", capacityAccounting},
@@ -325,6 +327,47 @@ func incrementalStream(t *testing.T, s ports.SnapshotStore) {
 	if list, _ := s.ListSnapshots(ctx, "dst"); len(list) != 3 || list[2].Name != "s3" {
 		t.Fatalf("a refused stream changed the target's snapshots: %+v", list)
 	}
+}
+
+// remountShowsReceived: a replica whose file was read through its mount
+// (a pod used it while it was the primary), then received a newer version
+// of it, shows the newer one once remounted (what a publish does before
+// the pod's bind mount).
+func remountShowsReceived(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	first := strings.Repeat("first version of the block\n", 40000)
+	write(t, src, "blob", first)
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	// Reading must not change the copy (atime), or no incremental stream
+	// applies on it.
+	if err := s.SetProperties(ctx, "dst", map[string]string{"atime": "off"}); err != nil {
+		t.Fatal(err)
+	}
+	dst, _ := s.GetVolume(ctx, "dst")
+	if read(t, dst, "blob") != first {
+		t.Fatal("the first version did not arrive")
+	}
+	second := strings.Repeat("SECOND VERSION, same size!\n", 40000)
+	write(t, src, "blob", second)
+	if _, err := s.CreateSnapshot(ctx, "src", "s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", From: "s1", To: "s2"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remount(ctx, "dst"); err != nil {
+		t.Fatalf("Remount: %v", err)
+	}
+	dst, _ = s.GetVolume(ctx, "dst")
+	if got := read(t, dst, "blob"); got != second {
+		t.Fatalf("after the receive and a remount the file reads %d bytes starting %q, not the second version", len(got), got[:min(len(got), 30)])
+	}
+	wantErr(t, "Remount of a missing volume", s.Remount(ctx, "nope"), ports.ErrNotFound)
 }
 
 func rollbackRestores(t *testing.T, s ports.SnapshotStore) {
