@@ -35,8 +35,12 @@ func TestEnsureCreatesThenScalesAndWritesNothingWhenInLine(t *testing.T) {
 	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 2, MinAvailable: 1}, "30s"); err != nil {
 		t.Fatal(err)
 	}
-	if writes(c) != 2 {
-		t.Fatalf("%d writes to create, want 2", writes(c))
+	if writes(c) != 3 {
+		t.Fatalf("%d writes to create, want 3 (the ReplicaSet, its budget and the primaries' budget)", writes(c))
+	}
+	if pdb, err := c.PolicyV1().PodDisruptionBudgets("ferry-system").Get(ctx, "ferry-pvc-1-primary", metav1.GetOptions{}); err != nil ||
+		pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 0 || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != ComponentPrimary {
+		t.Fatalf("the primaries' budget: %+v %v", pdb, err)
 	}
 	before := writes(c)
 	if err := a.Ensure(ctx, owner, placement.Objects{Secondaries: 2, MinAvailable: 1}, "30s"); err != nil {
