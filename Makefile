@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision bench-move sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -99,6 +99,9 @@ bench-idle: build zfs-up cluster-bins ## what idle replicas cost a node: 200 vol
 
 bench-provision: ## on the running local cluster: 100 Immediate claims at once until Bound (provisioned: PVCs/s), ReplicatedVolume writes per volume per snapshot interval, deletion
 	go run ./tests/bench/provision $(BENCH_PROVISION_FLAGS)
+
+bench-move: ## on the running local cluster: a StatefulSet pod with a replicated claim moved to another node 5 times (move: median seconds until it runs there with its data)
+	go run ./tests/bench/move $(BENCH_MOVE_FLAGS)
 
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
 	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -28,6 +29,10 @@ type Labeler struct {
 	cluster ports.ClusterState
 	placer  ports.NodePlacement
 	log     *zap.Logger
+
+	mu sync.Mutex
+	// placed is the last placement written: the volumes usable here.
+	placed map[volume.ID]bool
 }
 
 // NewLabeler returns the labeler of node.
@@ -66,9 +71,26 @@ func (l *Labeler) Sync(ctx context.Context) ([]volume.ID, error) {
 	if err := l.placer.Place(ctx, l.node, usable, unknown); err != nil {
 		return nil, fmt.Errorf("place node %s: %w", l.node, err)
 	}
+	placed := make(map[volume.ID]bool, len(usable))
+	for _, id := range usable {
+		placed[id] = true
+	}
+	l.mu.Lock()
+	l.placed = placed
+	l.mu.Unlock()
 	if len(readErrs) > 0 {
 		l.log.Warn("placement left unchanged for volumes whose state could not be read",
 			zap.Int("volumes", len(unknown)), zap.Error(errors.Join(readErrs...)))
 	}
 	return usable, nil
+}
+
+// Changed reports whether st, a volume's state just seen changing, makes
+// the volume usable here or not where the last placement said otherwise:
+// then the node is placed again at once (a pod moving to this node waits
+// for it), rather than at the next periodic Sync. Safe from any goroutine.
+func (l *Labeler) Changed(st replica.State) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return placement.Usable(st, l.node) != l.placed[st.Volume]
 }

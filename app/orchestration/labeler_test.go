@@ -74,3 +74,38 @@ func TestTheLabelerPlacesReadyCopiesOnlyAndLeavesUnreadableOnesAlone(t *testing.
 		t.Fatalf("Sync with a failing placement: %v", err)
 	}
 }
+
+// Changed says when a state seen changing moves the volume's usability on
+// this node away from the last placement, and only then.
+func TestTheLabelerSaysWhenAStateChangesWhereTheVolumeIsUsable(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	placer := mocks.NewMockNodePlacement(ctrl)
+	states := fakecluster.New()
+	active := replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 1, SnapshotEpoch: 1, Ready: true, Active: true}, {Node: "b", Snapshot: 1, SnapshotEpoch: 1, Ready: true}}}
+	if _, err := states.Create(context.Background(), active); err != nil {
+		t.Fatal(err)
+	}
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil)
+	placer.EXPECT().Place(gomock.Any(), replica.Node("b"), []volume.ID(nil), []volume.ID(nil)).Return(nil)
+	l := orchestration.NewLabeler("b", store, states, placer, zap.NewNop())
+	if _, err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l.Changed(active) {
+		t.Fatal("a state that still keeps the volume off b was taken for a change")
+	}
+	released := active
+	released.Replicas = []replica.Replica{active.Replicas[0], active.Replicas[1]}
+	released.Replicas[0].Active = false
+	if !l.Changed(released) {
+		t.Fatal("a release that makes the volume usable on b was not seen")
+	}
+	other := released
+	other.Volume = "w"
+	other.Replicas = []replica.Replica{{Node: "a", Ready: true, Snapshot: 1, SnapshotEpoch: 1}}
+	if l.Changed(other) {
+		t.Fatal("a volume without a copy on b was taken for a change")
+	}
+}

@@ -81,10 +81,29 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events p
 			}()
 			go func() {
 				defer func() { done <- struct{}{} }()
+				// A volume becoming usable here or not (a release, a
+				// promotion, a replica turning ready) places the node at
+				// once: a pod moving here waits for the label.
+				kick := make(chan struct{}, 1)
+				if feed, err := states.Feed(ctx); err != nil {
+					log.Warn("placement labels follow the volumes' states only every --placement-period", zap.Error(err))
+				} else {
+					go func() {
+						for st := range feed {
+							if labeler.Changed(st) {
+								select {
+								case kick <- struct{}{}:
+								default:
+								}
+							}
+						}
+					}()
+				}
 				t := time.NewTicker(o.PlacementPeriod)
 				defer t.Stop()
+				full := true
 				for {
-					if adopter != nil {
+					if adopter != nil && full {
 						if _, err := adopter.Sync(ctx); err != nil && ctx.Err() == nil {
 							log.Warn("local copies not all running", zap.Error(err))
 						}
@@ -98,6 +117,9 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events p
 					case <-ctx.Done():
 						return
 					case <-t.C:
+						full = true
+					case <-kick:
+						full = false
 					}
 				}
 			}()
