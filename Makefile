@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision bench-move sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ sanity: build $(TOOLS)/csi-sanity zfs-up ## csi-sanity against ferry on a real Z
 
 demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI client walking a volume's life
 	go run ./tests/demo -ferry $(BIN)/ferry
+
+demo-cluster: cluster-up cluster-deploy ## the demo's second act on the local cluster (brought up if needed, left up): a replicated claim, a pod writing, kubectl get rv, the pod moved to the other copy's node with its data, the move's time
+	go run ./tests/demo/cluster
 
 REPLICATION_TESTS = FERRY_BIN=$(BIN)/ferry $(1) $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
 

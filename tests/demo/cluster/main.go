@@ -1,0 +1,181 @@
+// Command cluster is the demo's second act, on the local Kubernetes
+// cluster (make demo-cluster brings it up): a claim of a replicated
+// StorageClass (two copies), a pod writing to it, `kubectl get rv`, the
+// pod moved to the other copy's node, and the data shown intact there,
+// with the move's time. It removes what it made.
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+var (
+	kubectlBin = flag.String("kubectl", filepath.Join(os.Getenv("HOME"), ".cache/ferry/k8s-v1.37.2/kubectl"), "kubectl")
+	kubeconfig = flag.String("kubeconfig", envOr("KUBECONFIG", "/var/lib/ferry-e2e/kubeconfig"), "the cluster's kubeconfig")
+)
+
+func main() {
+	flag.Parse()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	ns := "demo-" + hex.EncodeToString(b)
+	var cordoned string
+	cleanup = func() {
+		if cordoned != "" {
+			_, _ = kubectl("", "uncordon", cordoned)
+		}
+		_, _ = kubectl("", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
+	}
+	defer cleanup()
+
+	step("a namespace and a StatefulSet whose claim asks for two copies (StorageClass ferry-rf2)")
+	must("", "create", "namespace", ns)
+	must(statefulSet, "-n", ns, "apply", "-f", "-")
+	pod, node := waitPod(ns, "")
+	vol := strings.TrimSpace(must("", "-n", ns, "get", "pvc", "data-db-0", "-o", "jsonpath={.spec.volumeName}"))
+	say("pod %s runs on %s with volume %s", pod, node, vol)
+
+	step("the pod writes")
+	must("", "-n", ns, "exec", pod, "--", "sh", "-c", "echo 'written on "+node+" at '$(date -u +%T) > /data/hello && dd if=/dev/urandom of=/data/blob bs=1024 count=2048 2>/dev/null && sync")
+	sum := strings.Fields(must("", "-n", ns, "exec", pod, "--", "sha256sum", "/data/blob"))[0]
+	say("/data/hello: %s", strings.TrimSpace(must("", "-n", ns, "exec", pod, "--", "cat", "/data/hello")))
+	say("/data/blob:  2 MiB, sha256 %s", sum)
+
+	step("the second copy catches up (kubectl get rv)")
+	waitFor("two ready copies of a snapshot", func() bool {
+		out, _ := kubectl("", "get", "rv", vol, "-o", "jsonpath={.status.readyReplicas} {.status.newest}")
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] == "2"
+	})
+	fmt.Print(indent(must("", "get", "rv", vol)))
+
+	step("the pod moves: " + node + " is cordoned and the pod deleted; the StatefulSet re-creates it")
+	must("", "cordon", node)
+	cordoned = node
+	start := time.Now()
+	must("", "-n", ns, "delete", "pod", pod, "--wait=false")
+	pod, to := waitPod(ns, node)
+	got := strings.Fields(must("", "-n", ns, "exec", pod, "--", "sha256sum", "/data/blob"))[0]
+	took := time.Since(start)
+	say("pod %s runs on %s", pod, to)
+	say("/data/hello: %s", strings.TrimSpace(must("", "-n", ns, "exec", pod, "--", "cat", "/data/hello")))
+	say("/data/blob:  sha256 %s (%s)", got, map[bool]string{true: "intact", false: "DIFFERENT"}[got == sum])
+	say("moved in %.1f s (pod deleted -> running on %s with its data)", took.Seconds(), to)
+	fmt.Print(indent(must("", "get", "rv", vol)))
+	if got != sum {
+		fail(fmt.Errorf("the data did not move intact"))
+	}
+
+	step("cleaning up: the claim's deletion destroys both copies")
+	cleanup()
+	cleanup = func() {}
+	say("done")
+}
+
+const statefulSet = `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  serviceName: db
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: ferry-test:dev
+        imagePullPolicy: Never
+        command: [sh, -c, "sleep 100000"]
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: ferry-rf2
+      resources: {requests: {storage: 64Mi}}
+`
+
+var cleanup = func() {}
+
+func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+func say(format string, args ...any) { fmt.Printf("   "+format+"\n", args...) }
+
+func indent(s string) string {
+	return "   " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n   ") + "\n"
+}
+
+func waitPod(ns, not string) (string, string) {
+	var pod, node string
+	waitFor("the pod running", func() bool {
+		out, err := kubectl("", "-n", ns, "get", "pods", "-l", "app=db", "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.metadata.deletionTimestamp} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		if err != nil {
+			return false
+		}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 4 && f[2] == "Running" && f[3] == "True" && f[1] != not {
+				pod, node = f[0], f[1]
+				return true
+			}
+		}
+		return false
+	})
+	return pod, node
+}
+
+func waitFor(what string, cond func() bool) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			fail(fmt.Errorf("timed out waiting for %s", what))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func kubectl(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(*kubectlBin, append([]string{"--kubeconfig", *kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func must(stdin string, args ...string) string {
+	out, err := kubectl(stdin, args...)
+	if err != nil {
+		fail(err)
+	}
+	return out
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "demo:", err)
+	cleanup()
+	os.Exit(1)
+}
