@@ -133,5 +133,5 @@ CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTE
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
 	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)')
 
-test-k8s: ## replicated volumes on the running local cluster: ReplicatedVolume, ReplicaSet, budget, copies by checksum, scaling, a drain rebuilding on the third node (prints rebuild: MB/s), deletion leaving nothing
+test-k8s: ## replicated volumes on the running local cluster: ReplicatedVolume, ReplicaSet, budget, copies by checksum, scaling, drains (prints rebuild: MB/s), pods moving with their data (StatefulSet, Deployment, drain of the primary), deletion leaving nothing
 	$(call CLUSTER_GOTEST,-run '$(K8S_TESTS)')
