@@ -273,3 +273,52 @@ func TestReplicatedVolumesHonourTheStateWatcherContract(t *testing.T) {
 		return rvstate.New(dyn, nil)
 	})
 }
+
+// The daemon's feed sends each ReplicatedVolume's state as it changes,
+// the volume being deleted marked as such.
+func TestTheFeedSendsEveryVolumesStateAsItChanges(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
+	deleteAll(t, dyn)
+	s := rvstate.New(dyn, nil)
+	fctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	feed, err := s.Feed(fctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Create(ctx, replica.State{Volume: "pvc-feed", ReplicationFactor: 2, Epoch: 1, Primary: "a",
+		Replicas: []replica.Replica{{Node: "a", Active: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "pvc-feed", func(st *replica.State) error {
+		st.Replicas[0].Active = false
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "pvc-feed"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	sawInactive, sawDeleting := false, false
+	for !sawInactive || !sawDeleting {
+		select {
+		case st := <-feed:
+			if st.Volume != "pvc-feed" {
+				continue
+			}
+			if r, ok := st.Replica("a"); ok && !r.Active {
+				sawInactive = true
+			}
+			sawDeleting = sawDeleting || st.Deleting
+		case <-deadline:
+			t.Fatalf("the feed did not send the changes: inactive %v, deleting %v", sawInactive, sawDeleting)
+		}
+	}
+	cancel()
+	for range feed {
+		// drained: the feed closes with its context
+	}
+}
