@@ -79,16 +79,24 @@ func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
 // active), the pod rejoins and the answer wraps ports.ErrNotPrimary.
 func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	start := time.Now()
+	st, err := n.repl.Cluster.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	self, _ := st.Replica(n.cfg.Node)
+	// Already the writer (another pod on this node, or a retried publish):
+	// nothing was received since, so nothing is remounted under a pod.
+	wasPrimary := self.Active && st.Primary == n.cfg.Node
 	if err := n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, true); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {
 			return fmt.Errorf("the volume manager of volume %s on %s is not running yet: %w", id, n.cfg.Node, ports.ErrNotPrimary)
 		}
 		return err
 	}
-	if err := n.resize(ctx, id, 0); err != nil {
+	if err := n.resize(ctx, id); err != nil {
 		log.Warn("workload not resized for the publish", zap.Error(err))
 	}
-	err := n.repl.Control.Acquire(ctx, id, n.repl.Wait)
+	err = n.repl.Control.Acquire(ctx, id, n.repl.Wait)
 	if err != nil {
 		if rerr := n.rejoin(ctx, id); rerr != nil {
 			log.Warn("the replica pod did not rejoin the workload after a failed publish", zap.Error(rerr))
@@ -101,9 +109,12 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 	}
 	// What the replica received while a secondary must be what the pod
 	// reads: a remount drops file pages a FUSE-based ZFS kept cached from
-	// before (this node's earlier term as the primary).
-	if err := n.store.Remount(ctx, id); err != nil {
-		return fmt.Errorf("the replica here is the primary, but its filesystem could not be remounted before the pod's mount: %v: %w", err, ErrPending)
+	// before (this node's earlier term as the primary). It is refused
+	// (ErrBusy) while another pod's bind mount uses the filesystem.
+	if !wasPrimary {
+		if err := n.store.Remount(ctx, id); err != nil {
+			return fmt.Errorf("the replica here is the primary, but its filesystem could not be remounted before the pod's mount: %v: %w", err, ErrPending)
+		}
 	}
 	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
 	return nil
@@ -127,22 +138,24 @@ func (n *Node) release(ctx context.Context, id volume.ID, log *zap.Logger) error
 		if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
 			return fmt.Errorf("%v, and it is the active primary: its final snapshot cannot be taken yet: %w", err, ports.ErrUnavailable)
 		}
-		return nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
+	// The pod goes back in before the unpublish answers: a failure is the
+	// kubelet's to retry (the release is then a no-op), or the pod would
+	// stay outside the workload, under the primary's budget, for good.
 	if err := n.rejoin(ctx, id); err != nil && !errors.Is(err, ports.ErrNotFound) {
-		log.Warn("the replica pod did not rejoin the workload after unpublish", zap.Error(err))
+		return fmt.Errorf("released, but the replica pod did not rejoin the workload: %w", err)
 	}
 	log.Info("released: the final snapshot is recorded")
 	return nil
 }
 
-// rejoin moves this node's pod back into the workload unless its replica
-// is the active primary: the workload is raised first, then the pod joins
-// (a ReplicaSet deletes a surplus pod at once; raised first, the surplus
-// it may create meanwhile is a new pod, not ready, deleted first).
+// rejoin moves this node's pod back into the workload if it is outside
+// and its replica is not the active primary: the workload is raised first,
+// then the pod joins (a ReplicaSet deletes a surplus pod at once; raised
+// first, the surplus it may create meanwhile is a new pod, not ready,
+// deleted first). A pod that never left is not counted twice.
 func (n *Node) rejoin(ctx context.Context, id volume.ID) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
@@ -151,15 +164,21 @@ func (n *Node) rejoin(ctx context.Context, id volume.ID) error {
 	if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
 		return nil
 	}
-	if err := n.resize(ctx, id, -1); err != nil {
+	ws, err := n.repl.Workload.Status(ctx, id, n.cfg.Node)
+	if err != nil {
+		return err
+	}
+	if !ws.OutsideOnNode {
+		return nil
+	}
+	if err := n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, max(ws.Outside-1, 0)), 0); err != nil {
 		return err
 	}
 	return n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, false)
 }
 
-// resize sizes the volume's workload for the pods outside it, plus delta
-// (a pod about to move in: -1).
-func (n *Node) resize(ctx context.Context, id volume.ID, delta int) error {
+// resize sizes the volume's workload for the pods outside it.
+func (n *Node) resize(ctx context.Context, id volume.ID) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -168,5 +187,5 @@ func (n *Node) resize(ctx context.Context, id volume.ID, delta int) error {
 	if err != nil {
 		return err
 	}
-	return n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, max(ws.Outside+delta, 0)), 0)
+	return n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, ws.Outside), 0)
 }

@@ -81,7 +81,7 @@ func TestAPublishThatCannotBecomePrimaryMountsNothingAndRejoins(t *testing.T) {
 		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(0), time.Duration(0)).Return(nil),
 		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(errors.Join(errors.New("node-2 is the active primary of epoch 1"), ports.ErrNotPrimary)),
-		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil),
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(1), time.Duration(0)).Return(nil),
 		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, false).Return(nil),
 	)
@@ -131,7 +131,7 @@ func TestUnpublishOfTheLastTargetReleasesThenRejoins(t *testing.T) {
 		r.mnt.EXPECT().RemoveDir(podTargetParts).Return(true, nil),
 		r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil),
 		r.control.EXPECT().Release(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
-		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OnNode: true}, nil),
+		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil),
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(1), time.Duration(0)).Return(nil),
 		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, false).Return(nil),
 	)

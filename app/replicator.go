@@ -73,7 +73,13 @@ type Replicator struct {
 	acquirers int
 	// statusChanged is closed and replaced whenever status is updated.
 	statusChanged chan struct{}
-	transfer      *Progress
+	// promoting: a BecomePrimary decided and not yet done (set under mu
+	// in the same critical section as the decision, so that an Acquire
+	// giving up either abandons before the decision or sees it);
+	// promotions counts those that succeeded.
+	promoting  bool
+	promotions uint64
+	transfer   *Progress
 	// lastBlocked is the last DiscardBlocked message raised.
 	lastBlocked string
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
@@ -267,9 +273,12 @@ func (r *Replicator) poke() {
 
 // Acquire asks this replica to become the volume's single active primary
 // (a read/write publish: replica.Acquire) and waits until it is. When ctx
-// ends first, the last waiting caller abandons the acquisition, and the
-// error (wrapping ErrPending) says what it waited for: another replica
-// active, or its catching up. Safe from any goroutine; Run must be running.
+// ends first, the last waiting caller abandons the acquisition: stepped
+// before the machine's next decision, so no promotion follows an error;
+// a promotion already under way is waited for (bounded) and answers by its
+// outcome. The error (wrapping ErrPending) says what it waited for:
+// another replica active, or its catching up. Safe from any goroutine; Run
+// must be running.
 func (r *Replicator) Acquire(ctx context.Context) error {
 	r.mu.Lock()
 	r.requests = append(r.requests, replica.Acquire{})
@@ -277,6 +286,7 @@ func (r *Replicator) Acquire(ctx context.Context) error {
 	// The request resets Acquired; a status read before Run steps it
 	// must not be taken for the answer.
 	r.status.Acquired, r.status.Acquiring = false, true
+	since := r.promotions
 	r.mu.Unlock()
 	r.poke()
 	for {
@@ -291,21 +301,52 @@ func (r *Replicator) Acquire(ctx context.Context) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			r.mu.Lock()
-			r.acquirers--
-			if r.acquirers == 0 && !r.status.Acquired {
-				r.requests = append(r.requests, replica.Abandon{})
-			}
-			waiting := r.status.Waiting
-			r.mu.Unlock()
-			r.poke()
-			if waiting == "" {
-				waiting = "its own catching up"
-			}
-			return fmt.Errorf("replica of volume %s on %s is not the primary yet, waiting for %s: %w", r.cfg.Volume, r.cfg.Node, waiting, ErrPending)
+			return r.giveUp(since)
 		}
 	}
 }
+
+// giveUp ends an Acquire whose caller stopped waiting; since is the count
+// of promotions when it began.
+func (r *Replicator) giveUp(since uint64) error {
+	r.mu.Lock()
+	r.acquirers--
+	if r.status.Acquired {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.acquirers == 0 {
+		r.requests = append(r.requests, replica.Abandon{})
+	}
+	waiting := r.status.Waiting
+	deadline := time.NewTimer(MaxPromoteWait)
+	defer deadline.Stop()
+	for r.promoting {
+		// The compare-and-swap is on its way: its outcome is the answer.
+		changed := r.statusChanged
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return fmt.Errorf("replica of volume %s on %s: its promotion did not finish in %s: %w", r.cfg.Volume, r.cfg.Node, MaxPromoteWait, ErrPending)
+		}
+		r.mu.Lock()
+	}
+	promoted := r.promotions > since // a promotion that landed after this acquisition began
+	r.mu.Unlock()
+	r.poke()
+	if promoted {
+		return nil
+	}
+	if waiting == "" {
+		waiting = "its own catching up"
+	}
+	return fmt.Errorf("replica of volume %s on %s is not the primary yet, waiting for %s: %w", r.cfg.Volume, r.cfg.Node, waiting, ErrPending)
+}
+
+// MaxPromoteWait bounds how long an Acquire given up waits for a
+// promotion already on its way to the shared state.
+const MaxPromoteWait = 30 * time.Second
 
 // ReleaseAndWait asks for a Release and waits until it finished: the final
 // snapshot recorded and this replica not active (at once when it was not
@@ -345,7 +386,7 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 			r.log.Info("waiting for the volume's state", zap.Error(err))
 			return failed, true
 		}
-		a, ok := r.m.Next()
+		a, ok := r.decide()
 		if !ok {
 			return failed, false
 		}
@@ -363,9 +404,37 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 			r.log.Warn("action failed; retrying on a later tick", zap.String("action", fmt.Sprintf("%T", a)), zap.Error(err))
 		}
 		_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
+		if _, ok := a.(replica.BecomePrimary); ok {
+			r.mu.Lock()
+			r.promoting = false
+			if err == nil {
+				r.promotions++
+			}
+			close(r.statusChanged)
+			r.statusChanged = make(chan struct{})
+			r.mu.Unlock()
+		}
 		r.publishStatus()
 	}
 	return failed, true
+}
+
+// decide steps the publish requests pending and asks the machine for its
+// next action, in one critical section: an Abandon queued before it is
+// stepped first, and a BecomePrimary decided is visible (promoting) to an
+// Acquire giving up after it.
+func (r *Replicator) decide() (replica.Action, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range r.requests {
+		_ = r.m.Step(ev)
+	}
+	r.requests = nil
+	a, ok := r.m.Next()
+	if _, promote := a.(replica.BecomePrimary); ok && promote {
+		r.promoting = true
+	}
+	return a, ok
 }
 
 // progressMade: actions whose success clears the last error (a report or a

@@ -44,8 +44,10 @@ type WorkloadStatus struct {
 	// deleted.
 	Secondaries, Running int
 	// Outside is how many live pods of the volume run outside the
-	// workload (the active primary's, a publishing replica's).
-	Outside int
+	// workload (the active primary's, a publishing replica's);
+	// OutsideOnNode says whether the asked node's is one of them.
+	Outside       int
+	OutsideOnNode bool
 	// OnNode says whether the node asked about has a pod of the volume
 	// (secondary or primary), even one being deleted: its volume manager
 	// may be leaving the volume, and a new one must not undo that.

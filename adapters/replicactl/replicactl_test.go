@@ -44,7 +44,10 @@ func TestTheClientReachesTheVolumeManagerOfItsNodeAndVolume(t *testing.T) {
 			waited = time.Until(dl).Round(time.Second)
 			return nil
 		},
-		release: func(ctx context.Context) error { <-ctx.Done(); return errors.New("final snapshot not recorded: " + ctx.Err().Error()) },
+		release: func(ctx context.Context) error {
+			<-ctx.Done()
+			return errors.New("final snapshot not recorded: " + ctx.Err().Error())
+		},
 	})
 	fi, err := os.Stat(dir)
 	if err != nil || fi.Mode().Perm() != 0o700 {

@@ -14,14 +14,37 @@ import (
 )
 
 // unmountLeftover unmounts the dataset's filesystem where it is still
-// mounted in this process's mount namespace after `zfs unmount` said it
-// was done. Seen with zfs-fuse's CLI in a container: it answers 0 and
-// leaves the mount, and the dataset then stays "busy" for destroy and
-// rename. Only mounts whose source is the dataset itself are touched.
-func unmountLeftover(dataset string) error {
+// mounted at its own mountpoint in this process's mount namespace after
+// `zfs unmount` said it was done. Seen with zfs-fuse's CLI in a container:
+// it answers 0 and leaves the mount, and the dataset then stays "busy" for
+// destroy and rename. Only mounts of the dataset itself at mountpoint are
+// touched: a pod's bind mount of it elsewhere is never unmounted (the
+// caller answers ErrBusy instead).
+func unmountLeftover(dataset, mountpoint string) error {
+	mounted, err := mountsOf(dataset)
+	if err != nil || mountpoint == "" {
+		return nil // no mount table to check, or no mountpoint: nothing to do
+	}
+	for i := len(mounted) - 1; i >= 0; i-- { // the newest first
+		if mounted[i] != mountpoint {
+			continue
+		}
+		if err := unix.Unmount(mounted[i], 0); err != nil && err != unix.EINVAL {
+			if err == unix.EBUSY {
+				return fmt.Errorf("unmount %s: %v: %w", mounted[i], err, ports.ErrBusy)
+			}
+			return fmt.Errorf("unmount %s: %w", mounted[i], err)
+		}
+	}
+	return nil
+}
+
+// mountsOf lists where this process's mount table shows the dataset
+// mounted, oldest first.
+func mountsOf(dataset string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return nil // no mount table to check: nothing to do
+		return nil, err
 	}
 	defer f.Close()
 	var mounted []string
@@ -43,15 +66,20 @@ func unmountLeftover(dataset string) error {
 			mounted = append(mounted, unescapeMount(fields[4]))
 		}
 	}
-	for i := len(mounted) - 1; i >= 0; i-- { // the newest first
-		if err := unix.Unmount(mounted[i], 0); err != nil && err != unix.EINVAL {
-			if err == unix.EBUSY {
-				return fmt.Errorf("unmount %s: %v: %w", mounted[i], err, ports.ErrBusy)
-			}
-			return fmt.Errorf("unmount %s: %w", mounted[i], err)
+	return mounted, sc.Err()
+}
+
+// otherMounts lists the mounts of dataset other than at its own
+// mountpoint (pods' bind mounts).
+func otherMounts(dataset, mountpoint string) []string {
+	mounted, _ := mountsOf(dataset)
+	var out []string
+	for _, m := range mounted {
+		if m != mountpoint {
+			out = append(out, m)
 		}
 	}
-	return nil
+	return out
 }
 
 // unescapeMount undoes the kernel's octal escapes (\040 for a space) in

@@ -138,8 +138,13 @@ func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
 
 // unmount unmounts a dataset; one that is not mounted is fine.
 // The zfs CLI's word is checked against this process's mount table: a
-// mount it left behind is unmounted directly (see unmountLeftover).
+// mount it left behind at the dataset's mountpoint is unmounted directly
+// (see unmountLeftover); a bind mount of it elsewhere is left alone.
 func (s *Store) unmount(ctx context.Context, dataset string) error {
+	mountpoint := ""
+	if out, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "mountpoint", dataset); err == nil {
+		mountpoint = strings.TrimSpace(string(out))
+	}
 	_, err := s.run.zfs(ctx, "unmount", dataset)
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "not currently mounted") {
@@ -148,7 +153,7 @@ func (s *Store) unmount(ctx context.Context, dataset string) error {
 	if err != nil {
 		return err
 	}
-	return unmountLeftover(dataset)
+	return unmountLeftover(dataset, mountpoint)
 }
 
 // Resize grows (or shrinks, if the data fits) the quota and reservation.
@@ -220,13 +225,19 @@ func (s *Store) setMeta(target string, metadata map[string]string) error {
 	return nil
 }
 
-// Remount implements ports.SnapshotStore: unmount (retried while briefly
-// busy), then mount.
+// Remount implements ports.SnapshotStore: ErrBusy while the dataset is
+// mounted anywhere but its mountpoint (a pod's bind mount: nothing is
+// unmounted from under it); else unmount (retried while briefly busy),
+// then mount.
 func (s *Store) Remount(ctx context.Context, id volume.ID) error {
-	if _, err := s.GetVolume(ctx, id); err != nil {
+	info, err := s.GetVolume(ctx, id)
+	if err != nil {
 		return err
 	}
 	ds := s.dataset(id)
+	if others := otherMounts(ds, info.MountPath); len(others) > 0 {
+		return fmt.Errorf("remount volume %s: mounted at %v: %w", id, others, ports.ErrBusy)
+	}
 	if err := retryBusy(ctx, func() error { return s.unmount(ctx, ds) }); err != nil {
 		return fmt.Errorf("remount volume %s: %w", id, err)
 	}

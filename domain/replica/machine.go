@@ -386,6 +386,10 @@ func (m *Machine) done(e ActionDone) {
 	case StepDown:
 		m.haveState = false
 		switch {
+		case e.Err == nil && a.Epoch == 0 && m.finalTaken && m.finalRecorded():
+			// The demotion carrying the final snapshot was written but
+			// its answer lost: the view confirmed on shows it done.
+			m.releasing, m.released = false, true
 		case (e.Err == nil && a.Epoch == 0 || errors.Is(e.Err, ErrFenced)) && m.finalTaken:
 			// Another primary took over before the final snapshot was
 			// recorded: the term ended, the last writes did not move.
@@ -429,6 +433,14 @@ func (m *Machine) newestLocal() Snap {
 		return Snap{}
 	}
 	return m.local[len(m.local)-1]
+}
+
+// finalRecorded: the view shows this replica's own demotion done, with
+// its newest snapshot (the final one) as its entry: still the state's
+// primary (no takeover since), inactive, holding exactly that snapshot.
+func (m *Machine) finalRecorded() bool {
+	self, ok := m.state.Replica(m.cfg.Self)
+	return ok && !self.Active && m.state.Primary == m.cfg.Self && len(m.local) > 0 && self.Holds() == m.newestLocal()
 }
 
 // ReleaseLost says why a release ended without its final snapshot being

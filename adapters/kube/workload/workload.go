@@ -391,6 +391,7 @@ func (a *Applier) Status(ctx context.Context, id volume.ID, node replica.Node) (
 		}
 		if p.DeletionTimestamp == nil && p.Labels[labelComponent] == ComponentPrimary {
 			st.Outside++
+			st.OutsideOnNode = st.OutsideOnNode || p.Spec.NodeName == string(node)
 		}
 	}
 	return st, nil
