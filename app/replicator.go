@@ -391,6 +391,10 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 			return failed, false
 		}
 		err := r.exec(ctx, a)
+		if errors.Is(err, replica.ErrUnchanged) {
+			_ = r.m.Step(replica.ActionDone{Action: a, Err: err}) // skipped, not failed
+			continue
+		}
 		r.mu.Lock()
 		switch {
 		case err != nil:

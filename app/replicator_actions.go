@@ -59,6 +59,13 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 			Message: fmt.Sprintf("replica on %s rolled back to %s, discarding %v: %s", r.cfg.Node, to, discarded(a.Discard), a.Reason)})
 		return r.store.Rollback(ctx, r.cfg.Volume, to)
 	case replica.TakeSnapshot:
+		if a.Periodic {
+			// An interval without writes costs no snapshot, no transfer
+			// and no write of the shared state, where the pool can tell.
+			if unchanged, err := r.store.Unchanged(ctx, r.cfg.Volume); err == nil && unchanged {
+				return replica.ErrUnchanged
+			}
+		}
 		name := replica.SnapshotName(replica.Snap{Number: a.Number, Epoch: a.Epoch})
 		info, err := r.store.CreateSnapshot(ctx, r.cfg.Volume, name, nil)
 		if err != nil {

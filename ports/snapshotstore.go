@@ -45,6 +45,12 @@ type SnapshotStore interface {
 	// would show its pod stale data. ErrBusy while something uses the
 	// mount (a pod's bind mount).
 	Remount(ctx context.Context, id volume.ID) error
+	// Unchanged reports whether the pool can tell that nothing was written
+	// to the volume since its newest snapshot (OpenZFS: the written
+	// property is 0). False when something was written, when the volume
+	// has no snapshot, or when the pool cannot tell (zfs-fuse has no
+	// written property): a periodic snapshot is then taken.
+	Unchanged(ctx context.Context, id volume.ID) (bool, error)
 	// Capacity reports the bytes available for new volumes and the pool's size.
 	Capacity(ctx context.Context) (PoolCapacity, error)
 

@@ -186,6 +186,14 @@ func (s *Store) SetMetadata(ctx context.Context, id volume.ID, metadata map[stri
 	return nil
 }
 
+// Unchanged: a directory cannot tell what was written since a snapshot.
+func (s *Store) Unchanged(ctx context.Context, id volume.ID) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.lookup(id)
+	return false, err
+}
+
 // Remount: a directory has no mount to refresh; the volume must exist.
 func (s *Store) Remount(ctx context.Context, id volume.ID) error {
 	s.mu.Lock()

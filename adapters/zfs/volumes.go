@@ -246,3 +246,20 @@ func (s *Store) Remount(ctx context.Context, id volume.ID) error {
 	}
 	return nil
 }
+
+// Unchanged implements ports.SnapshotStore with the written property
+// (bytes written since the newest snapshot; OpenZFS prints exactly "0"
+// when none, without -p). zfs-fuse has no such property: it cannot tell.
+func (s *Store) Unchanged(ctx context.Context, id volume.ID) (bool, error) {
+	out, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "written", s.dataset(id))
+	var ce *CommandError
+	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "invalid property") {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	// Without a snapshot, written is everything referenced: never 0 for a
+	// filesystem (its metadata alone takes blocks).
+	return strings.TrimSpace(string(out)) == "0", nil
+}

@@ -25,6 +25,9 @@ var (
 	// state to resume it (OpenZFS): the fetch target stays recorded, so
 	// that the snapshot the resume token names is kept at the sender.
 	ErrPartialKept = errors.New("partial receive kept to be resumed")
+	// ErrUnchanged: a periodic snapshot was skipped, the pool telling that
+	// nothing was written since the newest one.
+	ErrUnchanged = errors.New("nothing written since the newest snapshot")
 )
 
 // newerReplica orders replicas by their newest snapshot, (epoch, number).

@@ -207,9 +207,14 @@ type Replace struct {
 }
 
 // TakeSnapshot: the primary snapshots the volume as Number of Epoch.
+// Periodic: only because an interval passed; when the pool can tell that
+// nothing was written since the newest snapshot, the caller skips it and
+// answers ErrUnchanged (the interval starts again). A final or a
+// catch-up snapshot is always taken.
 type TakeSnapshot struct {
-	Number SnapshotNumber
-	Epoch  Epoch
+	Number   SnapshotNumber
+	Epoch    Epoch
+	Periodic bool
 }
 
 // ForgetFetch: clear this replica's recorded fetch target (ClearFetch, a
@@ -319,7 +324,7 @@ func (m *Machine) Step(ev Event) error {
 		}
 		m.done(e)
 		m.outstanding = nil
-		if e.Err != nil {
+		if e.Err != nil && !errors.Is(e.Err, ErrUnchanged) {
 			m.backoff = true // retried on a later tick, never in a tight loop
 		}
 	default:
@@ -375,6 +380,10 @@ func (m *Machine) done(e ActionDone) {
 	case DestroySnapshots:
 		m.haveLocal, m.havePeer = false, false
 	case TakeSnapshot:
+		if errors.Is(e.Err, ErrUnchanged) {
+			m.ticks = 0 // nothing written: the next interval begins
+			break
+		}
 		m.haveLocal, m.havePeer = false, false
 		if e.Err == nil {
 			m.ticks = 0
@@ -580,7 +589,7 @@ func (m *Machine) decide() Action {
 	}
 	if m.isPrimary(self) {
 		if m.ticks >= m.cfg.SnapshotEvery {
-			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
+			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch, Periodic: true}
 		}
 		return m.retention()
 	}

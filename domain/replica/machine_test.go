@@ -42,6 +42,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	do NODE                           carry out NODE's decided action (on today's state)
 //	restart NODE                      NODE's volume manager restarts (a new machine)
 //	rf N                              the owner edits the replication factor
+//	cantell NODE                      NODE's pool tells when nothing was written since
+//	                                  the newest snapshot (OpenZFS written)
 //	print                             the shared state and every store
 func TestMachineScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -62,6 +64,7 @@ type scriptEnv struct {
 	failNext map[Node][2]string // the kind of action to fail, and why
 	dirty    map[Node]bool      // changed since the newest snapshot
 	slow     map[Node]bool      // the next transfer stays in flight
+	canTell  map[Node]bool      // the pool tells an interval without writes (OpenZFS written)
 	inFlight map[Node]Action    // transfers in flight
 	decided  map[Node]Action    // decided on an earlier view, not yet carried out
 }
@@ -72,7 +75,7 @@ func runScript(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}}
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}}
 	var rewritten strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
@@ -244,6 +247,8 @@ func (e *scriptEnv) run(f []string) error {
 		}
 	case "write":
 		e.dirty[Node(f[1])] = true
+	case "cantell":
+		e.canTell[Node(f[1])] = true
 	case "slow":
 		e.slow[Node(f[1])] = true
 	case "finish":
@@ -379,6 +384,9 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 		e.local[n] = kept
 		e.dirty[n] = false
 	case TakeSnapshot:
+		if a.Periodic && !e.dirty[n] && len(e.local[n]) > 0 && e.canTell[n] {
+			return ErrUnchanged
+		}
 		e.dirty[n] = false
 		e.guid++
 		e.local[n] = append(e.local[n], Snap{Number: a.Number, Epoch: a.Epoch, GUID: e.guid})

@@ -8,7 +8,7 @@ import (
 
 func newHandoverEnv() *scriptEnv {
 	return &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}}
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}}
 }
 
 // Unpublish on a: the final snapshot is taken, and the compare-and-swap

@@ -409,6 +409,9 @@ func (w *world) exec(n *simNode, a Action) error {
 		}
 		return w.discard(n, func(s Snap) bool { return s.Newer(a.To) }, fmt.Sprintf("rollback to %v", a.To))
 	case TakeSnapshot:
+		if a.Periodic && !n.dirty && len(n.store) > 0 && w.r.Intn(2) == 0 {
+			return ErrUnchanged // a pool that can tell (OpenZFS written=0)
+		}
 		for _, s := range n.store {
 			if s.Number == a.Number && s.Epoch == a.Epoch {
 				return errors.New("snapshot exists")

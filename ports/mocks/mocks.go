@@ -320,6 +320,21 @@ func (mr *MockSnapshotStoreMockRecorder) SetSnapshotMetadata(ctx, id, name, meta
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "SetSnapshotMetadata", reflect.TypeOf((*MockSnapshotStore)(nil).SetSnapshotMetadata), ctx, id, name, metadata)
 }
 
+// Unchanged mocks base method.
+func (m *MockSnapshotStore) Unchanged(ctx context.Context, id volume.ID) (bool, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "Unchanged", ctx, id)
+	ret0, _ := ret[0].(bool)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// Unchanged indicates an expected call of Unchanged.
+func (mr *MockSnapshotStoreMockRecorder) Unchanged(ctx, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Unchanged", reflect.TypeOf((*MockSnapshotStore)(nil).Unchanged), ctx, id)
+}
+
 // MockMountTable is a mock of MountTable interface.
 type MockMountTable struct {
 	ctrl     *gomock.Controller

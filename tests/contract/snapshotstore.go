@@ -42,6 +42,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"streams carry no metadata; the receiver sets it", snapshotMetadataIsSetNotSent},
 		{"an incremental stream applies only on its unchanged base", incrementalStream},
 		{"after a receive into a mounted volume, a remount shows what it received", remountShowsReceived},
+		{"a volume written since its newest snapshot is never unchanged", writtenIsNeverUnchanged},
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
 		{"capacity shrinks by what volumes reserve", capacityAccounting},
@@ -326,6 +327,30 @@ func incrementalStream(t *testing.T, s ports.SnapshotStore) {
 	wantErr(t, "an incremental stream from an older base", err, ports.ErrBaseMismatch)
 	if list, _ := s.ListSnapshots(ctx, "dst"); len(list) != 3 || list[2].Name != "s3" {
 		t.Fatalf("a refused stream changed the target's snapshots: %+v", list)
+	}
+}
+
+// writtenIsNeverUnchanged: Unchanged may say "cannot tell" (false) at any
+// time, but never "unchanged" for a volume without a snapshot or written
+// since its newest one: a periodic snapshot skipped then would lose writes.
+func writtenIsNeverUnchanged(t *testing.T, s ports.SnapshotStore) {
+	v := mustCreate(t, s, "v")
+	write(t, v, "data", "before any snapshot")
+	if ok, err := s.Unchanged(ctx, "v"); err != nil || ok {
+		t.Fatalf("never snapshotted: Unchanged = %v, %v", ok, err)
+	}
+	if _, err := s.CreateSnapshot(ctx, "v", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Unchanged(ctx, "v"); err != nil {
+		t.Fatalf("right after a snapshot: %v", err)
+	}
+	write(t, v, "data", "after the snapshot")
+	if ok, err := s.Unchanged(ctx, "v"); err != nil || ok {
+		t.Fatalf("written since s1: Unchanged = %v, %v", ok, err)
+	}
+	if ok, _ := s.Unchanged(ctx, "nope"); ok {
+		t.Fatal("a missing volume is unchanged")
 	}
 }
 
