@@ -1,0 +1,128 @@
+package liveness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+var cfg = Config{Renew: time.Second, Duration: 5 * time.Second, Margin: time.Second}
+
+const s = time.Second
+
+func TestTimingsUnderWhichANodeWouldFenceBetweenRenewalsAreRefused(t *testing.T) {
+	for _, c := range []Config{{}, {Renew: 4 * s, Duration: 5 * s, Margin: s}, {Renew: s, Duration: 5 * s}, {Renew: -s, Duration: 5 * s, Margin: s}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node stops writing (its lease held Duration - Margin from the send of
+// its last good renewal) 2 Margin before any observer may take it for lost
+// (Duration + Margin from when the observer first saw that renewal, which
+// is after it was sent): on clocks that run at the same rate, no takeover
+// overlaps a writer; the margins absorb drift and delays.
+func TestANodeStopsWritingBeforeAnyObserverMayTakeItForLost(t *testing.T) {
+	for sent := time.Duration(0); sent < 20*s; sent += 300 * time.Millisecond {
+		held := cfg.Held(sent)
+		for delay := time.Duration(0); delay < 3*s; delay += 250 * time.Millisecond {
+			seen := sent + delay // the observer sees the renewal no earlier than it was sent
+			for now := seen; now < held+2*cfg.Margin; now += 100 * time.Millisecond {
+				if cfg.Lost(seen, now) {
+					t.Fatalf("sent %s, seen %s: lost at %s, less than 2 margins after the node stopped holding its lease at %s", sent, seen, now, held)
+				}
+			}
+		}
+	}
+	if !cfg.Lost(0, 6*s) || cfg.Lost(0, 6*s-1) {
+		t.Fatal("a lease unchanged for duration + margin is lost, and not a moment before")
+	}
+}
+
+func TestAPrimaryWritesOnItsLeaseOrOnEveryTakersPromise(t *testing.T) {
+	takers := []replica.Node{"b", "c"}
+	cases := []struct {
+		name  string
+		st    Standing
+		takes []replica.Node
+		write bool
+		until time.Duration
+		why   string
+	}{
+		{"lease held", Standing{Now: 3 * s, LeaseUntil: 4 * s}, takers, true, 4 * s, "lease is held"},
+		{"lease ran out, no promise", Standing{Now: 4 * s, LeaseUntil: 4 * s}, takers, false, 0, "b, which could take over"},
+		{"one taker promised", Standing{Now: 5 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}}}, takers, false, 0, "c, which could take over"},
+		{"every taker promised", Standing{Now: 5 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "c", Until: 7 * s}, {From: "c", Until: 6 * s}}}, takers, true, 7 * s, "promised"},
+		{"a promise ran out", Standing{Now: 7 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "c", Until: 7 * s}}}, takers, false, 0, "c, which could take over"},
+		{"a stranger's promise counts for nothing", Standing{Now: 5 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "x", Until: 9 * s}}}, takers, false, 0, "c"},
+		{"nobody could take over", Standing{Now: 5 * s, LeaseUntil: 4 * s}, nil, true, 5 * s, "no other node"},
+	}
+	for _, c := range cases {
+		v := Decide(c.st, c.takes)
+		if v.MayWrite != c.write || (c.write && v.Until != c.until) || !strings.Contains(v.Reason, c.why) {
+			t.Errorf("%s: %+v", c.name, v)
+		}
+	}
+}
+
+func TestANodePromisesOnlyWhileItHearsFromThePrimarysNode(t *testing.T) {
+	if ok, span := cfg.MayPromise(10*s, 13*s); !ok || span != 4*s {
+		t.Fatalf("heard 3 s ago: %v %s", ok, span)
+	}
+	if ok, _ := cfg.MayPromise(10*s, 14*s); ok {
+		t.Fatal("a node that has not heard from the primary for duration - margin promised")
+	}
+	// A promise ends before the promiser could take the primary for lost.
+	if _, span := cfg.MayPromise(0, 0); span >= cfg.Duration+cfg.Margin {
+		t.Fatalf("a promise of %s outlasts the wait before a takeover", span)
+	}
+}
+
+func state() replica.State {
+	return replica.State{Volume: "v", ReplicationFactor: 3, Epoch: 2, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Ready: true, Active: true},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		{Node: "d"},
+	}}
+}
+
+func TestTheTakersAreTheOtherReplicasHoldingData(t *testing.T) {
+	got := TakersOf(state(), "a")
+	if len(got) != 2 || got[0] != "b" || got[1] != "c" {
+		t.Fatalf("takers %v, want [b c] (d holds nothing)", got)
+	}
+}
+
+func TestEveryObserverNamesTheSameSuccessorTheNewestReadyReplica(t *testing.T) {
+	n, ok := Successor(state(), "a", 1)
+	if !ok || n != "b" {
+		t.Fatalf("successor %q %v, want b (as new as c, first by name)", n, ok)
+	}
+	st := state()
+	st.Replicas[2].Snapshot = 9
+	if n, ok := Successor(st, "a", 1); !ok || n != "c" {
+		t.Fatalf("successor %q %v, want c (the newest)", n, ok)
+	}
+	st = state()
+	st.Replicas[2].Fetching = replica.Snap{Number: 9, Epoch: 2}
+	if n, ok := Successor(st, "a", 1); !ok || n != "c" {
+		t.Fatalf("successor %q %v, want c (receiving the newest counts)", n, ok)
+	}
+	// Too far behind the lost primary's last report: nobody takes over.
+	st = state()
+	st.Replicas[0].Snapshot = 12
+	if n, ok := Successor(st, "a", 1); ok {
+		t.Fatalf("successor %q although every survivor is 4 snapshots behind", n)
+	}
+	// Not the primary: nothing to take over.
+	if n, ok := Successor(state(), "b", 1); ok {
+		t.Fatalf("successor %q of a node that is not the primary", n)
+	}
+}
