@@ -59,6 +59,10 @@ func Listen(dir string, node replica.Node, id volume.ID) (net.Listener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("control directory %s: %w", dir, err)
 	}
+	// A directory that existed keeps its mode with MkdirAll: tighten it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control directory %s: %w", dir, err)
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("control socket %s: exists and is not a socket", path)
@@ -71,12 +75,23 @@ func Listen(dir string, node replica.Node, id volume.ID) (net.Listener, error) {
 			return nil, fmt.Errorf("control socket %s: remove the stale one: %w", path, err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	// Bound under a temporary name, restricted, then renamed into place:
+	// the socket is never reachable at its name with a wider mode.
+	tmp := path + ".new"
+	_ = os.Remove(tmp)
+	l, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		l.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	return l, nil

@@ -53,6 +53,10 @@ func TestTheClientReachesTheVolumeManagerOfItsNodeAndVolume(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("control directory: %v %v, want mode 0700", fi.Mode(), err)
 	}
+	sock, err := os.Stat(replicactl.SocketPath(dir, "node-1", "pvc-1"))
+	if err != nil || sock.Mode().Perm() != 0o600 || sock.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("control socket: %v %v, want a socket of mode 0600", sock.Mode(), err)
+	}
 	c := replicactl.NewClient(dir, "node-1")
 	if err := c.Acquire(ctx, "pvc-1", 7*time.Second); err != nil {
 		t.Fatal(err)
@@ -136,6 +140,25 @@ func shortDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
+}
+
+// A control directory that existed with a wider mode is tightened.
+func TestListenTightensAnExistingControlDirectory(t *testing.T) {
+	dir := filepath.Join(shortDir(t), "c")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	l, err := replicactl.Listen(dir, "n", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("control directory: %v %v, want mode 0700", fi.Mode(), err)
+	}
 }
 
 func TestListenRefusesASocketPathTooLong(t *testing.T) {

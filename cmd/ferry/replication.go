@@ -241,7 +241,7 @@ func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 			if err != nil {
 				return err
 			}
-			path = l.Addr().String()
+			path = replicactl.SocketPath(o.ControlDir, replica.Node(o.NodeID), id)
 			go func() { _ = srv.Serve(l) }()
 			log.Info("serving publish and unpublish", zap.String("socket", path))
 			return nil
