@@ -111,10 +111,12 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 	// reads: a remount drops file pages a FUSE-based ZFS kept cached from
 	// before (this node's earlier term as the primary). It is refused
 	// (ErrBusy) while another pod's bind mount uses the filesystem.
-	if !wasPrimary {
+	if _, pending := n.unremounted.Load(id); !wasPrimary || pending {
 		if err := n.store.Remount(ctx, id); err != nil {
+			n.unremounted.Store(id, true)
 			return fmt.Errorf("the replica here is the primary, but its filesystem could not be remounted before the pod's mount: %v: %w", err, ErrPending)
 		}
+		n.unremounted.Delete(id)
 	}
 	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
 	return nil

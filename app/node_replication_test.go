@@ -25,6 +25,7 @@ type replNode struct {
 	work    *mocks.MockReplicaWorkload
 	control *mocks.MockReplicaControl
 	events  *events
+	states  *fakecluster.Store
 }
 
 // newReplNode is node-1 (cfg.Node) with volume v replicated twice: node-2
@@ -40,6 +41,7 @@ func newReplNode(t *testing.T) replNode {
 	}
 	r.n = app.NewNode(cfg, r.store, r.mnt, zap.NewNop())
 	r.n.EnableReplication(app.NodeReplication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	r.states = states
 	return r
 }
 
@@ -163,5 +165,37 @@ func TestAnUnfinishedReleaseFailsTheUnpublish(t *testing.T) {
 	r.control.EXPECT().Release(gomock.Any(), volume.ID("v"), time.Second).Return(errors.Join(context.DeadlineExceeded, ports.ErrNotPrimary))
 	if err := r.n.Unpublish(ctx, "v", podTarget); !errors.Is(err, ports.ErrNotPrimary) {
 		t.Fatalf("unpublish whose release did not finish: %v", err)
+	}
+}
+
+// A remount refused after the promotion (another pod's read-only mount)
+// is tried again by the retried publish, although the replica is the
+// primary by then: nothing is mounted read/write over stale pages.
+func TestAPublishWhoseRemountFailedRemountsOnItsRetry(t *testing.T) {
+	r := newReplNode(t)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil).Times(2)
+	r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil).Times(2)
+	r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil).Times(2)
+	r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), gomock.Any(), time.Duration(0)).Return(nil).Times(2)
+	r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).DoAndReturn(func(context.Context, volume.ID, time.Duration) error {
+		// The promotion lands in the shared state.
+		_, err := r.states.Update(ctx, "v", func(s *replica.State) error {
+			s.Replicas[1].Active = false
+			return replica.Promote(s, cfg.Node)
+		})
+		return err
+	}).Times(2)
+	gomock.InOrder(
+		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(ports.ErrBusy),
+		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
+	)
+	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil)
+	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}
+	if err := r.n.Publish(ctx, req); !errors.Is(err, app.ErrPending) {
+		t.Fatalf("publish whose remount was refused: %v, want ErrPending", err)
+	}
+	if err := r.n.Publish(ctx, req); err != nil {
+		t.Fatal(err)
 	}
 }
