@@ -148,14 +148,22 @@ func (c *cluster) write(n replica.Node, content string) {
 // eventually waits for cond, failing with what after 10 s.
 func (c *cluster) eventually(what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	if !within(10*time.Second, cond) {
+		st, _ := c.state.Get(ctx, volID)
+		c.t.Fatalf("timed out waiting until %s; state %+v", what, st)
+	}
+}
+
+// within polls cond until it holds (true) or timeout passed (false).
+func within(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			st, _ := c.state.Get(ctx, volID)
-			c.t.Fatalf("timed out waiting until %s; state %+v", what, st)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
 // newestStored is the newest replication snapshot n's store holds.

@@ -49,12 +49,8 @@ func (g *goneState) Update(ctx context.Context, id volume.ID, fn func(*replica.S
 // waitFor polls cond until it holds, failing after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	if !within(10*time.Second, cond) {
+		t.Fatalf("timed out waiting until %s", what)
 	}
 }
 

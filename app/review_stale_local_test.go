@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -48,13 +49,19 @@ func TestReviewAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
+	// Over a window, on every change of the state: the list never claims
+	// a copy c's pool does not hold.
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	changes, err := c.state.Watch(wctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for open := true; open; _, open = <-changes {
 		st, _ := c.state.Get(ctx, volID)
 		if pc, listed := st.Replica("c"); listed && pc.Snapshot != 0 && !holds("c", pc.Holds()) {
 			t.Fatalf("BUG: the list claims c holds snapshot %d (ready %v) while c's pool does not: %+v", pc.Snapshot, pc.Ready, st)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	// b is drained: if the rule lets it go, two others really hold the
 	// snapshot it held (c's copy, fetched again, included).

@@ -84,15 +84,25 @@ func TestAVolumesEventIsDescribedOnItsReplicatedVolumeAndItsClaim(t *testing.T) 
 	r.Record(ctx, "pvc-nothing", ports.Event{Type: ports.EventWarning, Reason: "NoObject", Message: "no ReplicatedVolume"})
 	r.Record(ctx, "pvc-events", ports.Event{Type: ports.EventNormal, Reason: "ReplicasRequested", Message: "replicated volume: 2 copies"})
 
-	// Wait while something new appears; give up after a quiet spell.
+	// Look again on every Event the server reports; give up after a quiet
+	// spell.
+	w, err := admin.CoreV1().Events("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	var onRV, onClaim []corev1.Event
 	quiet := 30 * time.Second
-	deadline := time.Now().Add(quiet)
-	for len(onRV) == 0 || len(onClaim) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s without progress: events on the ReplicatedVolume %v, on the claim %v", quiet, onRV, onClaim)
+	deadline := time.NewTimer(quiet)
+	defer deadline.Stop()
+	for first := true; len(onRV) == 0 || len(onClaim) == 0; first = false {
+		if !first {
+			select {
+			case <-w.ResultChan():
+			case <-deadline.C:
+				t.Fatalf("after %s without progress: events on the ReplicatedVolume %v, on the claim %v", quiet, onRV, onClaim)
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
 		before := len(onRV) + len(onClaim)
 		if onRV, err = describedEvents(ctx, admin, "", "pvc-events", rvapi.Kind, string(u.GetUID()), "ReplicasRequested"); err != nil {
 			t.Fatal(err)
@@ -101,7 +111,7 @@ func TestAVolumesEventIsDescribedOnItsReplicatedVolumeAndItsClaim(t *testing.T) 
 			t.Fatal(err)
 		}
 		if len(onRV)+len(onClaim) > before {
-			deadline = time.Now().Add(quiet)
+			deadline.Reset(quiet)
 		}
 	}
 	if e := onRV[0]; len(onRV) != 1 || e.Namespace != "default" || e.Type != "Normal" || e.Message != "replicated volume: 2 copies" ||

@@ -45,10 +45,16 @@ func newDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 
 // eventsOn lists the Events whose involvedObject has uid, in every
 // namespace, waiting for at least n of them (the broadcaster writes in the
-// background).
+// background): listed again on every Event the fake server reports.
 func eventsOn(t *testing.T, kube *kubefake.Clientset, uid string, n int) []corev1.Event {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	w, err := kube.CoreV1().Events("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
 	for {
 		l, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -60,10 +66,14 @@ func eventsOn(t *testing.T, kube *kubefake.Clientset, uid string, n int) []corev
 				got = append(got, e)
 			}
 		}
-		if len(got) >= n || time.Now().After(deadline) {
+		if len(got) >= n {
 			return got
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-w.ResultChan():
+		case <-deadline.C:
+			return got
+		}
 	}
 }
 
