@@ -1,0 +1,26 @@
+package ports
+
+import "context"
+
+// Fencer stops a volume's writers on this node: the daemon's fence when
+// its node's lease ran out (domain/liveness). On zfs-fuse neither
+// readonly=on nor a forced unmount stops a process that holds a file open
+// through a pod's bind mount, so the writers themselves are stopped, and
+// only then the mounts removed.
+type Fencer interface {
+	// Fence kills every process that holds a file descriptor, working
+	// directory, root or memory mapping on the filesystem mounted at any
+	// of points (a volume's own mountpoint and its bind mounts, as the
+	// mount table lists them), scanning again until a scan finds none,
+	// then unmounts every point except keep (the volume's own
+	// mountpoint). It never stops its own process or pid 1. Nothing to
+	// stop and nothing mounted is success: Fence is idempotent. It
+	// returns the processes it stopped.
+	Fence(ctx context.Context, points []string, keep string) ([]StoppedProcess, error)
+}
+
+// StoppedProcess is a process a fence killed.
+type StoppedProcess struct {
+	PID     int
+	Command string // its command name (/proc/PID/comm)
+}
