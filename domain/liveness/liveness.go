@@ -150,6 +150,14 @@ func TakersOf(s replica.State, lost replica.Node) []replica.Node {
 // False when none would be accepted (the volume waits for lost to return,
 // or for an operator).
 func Successor(s replica.State, lost replica.Node, lag uint64) (replica.Node, bool) {
+	return successor(s, lost, []replica.Node{lost}, lag)
+}
+
+// successor is Successor never naming a node of down (lost among them):
+// a lost node cannot take over, although its entry still counts (a lost
+// secondary holding newer snapshots still makes Takeover refuse: those
+// writes are not given up without an operator).
+func successor(s replica.State, lost replica.Node, down []replica.Node, lag uint64) (replica.Node, bool) {
 	var nodes []replica.Node
 	for _, r := range s.Replicas {
 		nodes = append(nodes, r.Node)
@@ -157,7 +165,7 @@ func Successor(s replica.State, lost replica.Node, lag uint64) (replica.Node, bo
 	slices.Sort(nodes)
 	for _, n := range nodes {
 		t := cloneState(s)
-		if n != lost && replica.Takeover(&t, n, lost, lag) == nil {
+		if !slices.Contains(down, n) && replica.Takeover(&t, n, lost, lag) == nil {
 			return n, true
 		}
 	}
@@ -167,4 +175,122 @@ func Successor(s replica.State, lost replica.Node, lag uint64) (replica.Node, bo
 func cloneState(s replica.State) replica.State {
 	s.Replicas = append([]replica.Replica(nil), s.Replicas...)
 	return s
+}
+
+// Observer is what one node has seen of every other node's lease, on its
+// own clock: when it first saw each lease's current value, and the
+// promises it gave. A lease is only ever compared with itself: a value
+// that has not changed for Duration + Margin of this observer's time
+// means its node stopped renewing (Config.Lost).
+//
+// An observer that could not read the leases (its own link to the API
+// server broke) knows nothing of that time: every lease's age restarts at
+// the next read that succeeds (Read after Blind), so that a node that
+// could not renew during the same outage gets its full duration again
+// once both are back.
+type Observer struct {
+	cfg      Config
+	self     replica.Node
+	seen     map[replica.Node]sighting
+	promised map[replica.Node]time.Duration
+	blind    bool
+}
+
+type sighting struct {
+	value string
+	at    time.Duration
+}
+
+// NewObserver returns the observer of node self (never lost to itself).
+func NewObserver(cfg Config, self replica.Node) *Observer {
+	return &Observer{cfg: cfg, self: self, seen: map[replica.Node]sighting{}, promised: map[replica.Node]time.Duration{}}
+}
+
+// Read records one successful read of the leases at now: values maps
+// each node to its lease's value (anything that changes with every
+// renewal). A lease missing from a read keeps its age: a node whose lease
+// was removed does not renew either.
+func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
+	for n, v := range values {
+		s, ok := o.seen[n]
+		if !ok || s.value != v || o.blind {
+			o.seen[n] = sighting{value: v, at: now}
+		}
+	}
+	if o.blind {
+		for n, s := range o.seen {
+			if _, ok := values[n]; !ok {
+				s.at = now
+				o.seen[n] = s
+			}
+		}
+		o.blind = false
+	}
+}
+
+// Blind records a read that failed: the leases' ages restart at the next
+// read that succeeds.
+func (o *Observer) Blind() { o.blind = true }
+
+// Promise answers node's request, heard at now, for a promise not to take
+// its volumes over: given while this observer hears from node (the request
+// is that word), for Duration - Margin; the observer then takes node for
+// lost no earlier than that promise's end, whatever its lease says. The
+// span is measured from the asking node's send time on its own clock.
+func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Duration) {
+	ok, span := o.cfg.MayPromise(now, now)
+	if !ok || node == o.self {
+		return false, 0
+	}
+	if until := now + span; until > o.promised[node] {
+		o.promised[node] = until
+	}
+	return true, span
+}
+
+// Lost lists, sorted, the nodes this observer may take for lost at now:
+// seen, not itself, their lease unchanged for Duration + Margin, and no
+// promise of this observer's running. Nothing while blind.
+func (o *Observer) Lost(now time.Duration) []replica.Node {
+	if o.blind {
+		return nil
+	}
+	var out []replica.Node
+	for n, s := range o.seen {
+		if n == o.self || now < o.promised[n] {
+			continue
+		}
+		if o.cfg.Lost(s.at, now) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Takeover is one volume a node must take over: its active primary's
+// node is lost and the node is its Successor.
+type Takeover struct {
+	Volume replica.State
+	Lost   replica.Node
+}
+
+// Takeovers lists the volumes of states that self takes over now that
+// the nodes in lost are lost: those whose primary is active on a lost node
+// and whose Successor is self. A volume being deleted is left alone.
+func Takeovers(states []replica.State, lost []replica.Node, self replica.Node, lag uint64) []Takeover {
+	var out []Takeover
+	for _, s := range states {
+		if s.Deleting || !slices.Contains(lost, s.Primary) {
+			continue
+		}
+		p, ok := s.Replica(s.Primary)
+		if !ok || !p.Active {
+			continue
+		}
+		if n, ok := successor(s, s.Primary, lost, lag); ok && n == self {
+			out = append(out, Takeover{Volume: s, Lost: s.Primary})
+		}
+	}
+	return out
 }

@@ -1,0 +1,111 @@
+package liveness
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+func leases(kv ...string) map[replica.Node]string {
+	m := map[replica.Node]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[replica.Node(kv[i])] = kv[i+1]
+	}
+	return m
+}
+
+func TestALeaseUnchangedForDurationPlusMarginIsLostAndARenewalRestartsItsAge(t *testing.T) {
+	o := NewObserver(cfg, "b")
+	o.Read(0, leases("a", "1", "b", "1"))
+	o.Read(5*s, leases("a", "1", "b", "1"))
+	if got := o.Lost(6*s - 1); len(got) != 0 {
+		t.Fatalf("lost %v before duration + margin", got)
+	}
+	o.Read(6*s-1, leases("a", "2", "b", "1")) // a renewed just in time
+	if got := o.Lost(11*s - 2); len(got) != 0 {
+		t.Fatalf("lost %v although a renewed at 6 s", got)
+	}
+	if got := o.Lost(12 * s); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v at 12 s, want [a] (the observer itself never)", got)
+	}
+}
+
+// The observer's own link broke while the observed node's did too (an API
+// server outage): the lease it reads afterwards is old, but the node could
+// not renew, and renews within a renewal once the server is back.
+func TestAfterABlindSpellEveryLeaseGetsItsFullDurationAgain(t *testing.T) {
+	o := NewObserver(cfg, "b")
+	o.Read(0, leases("a", "1", "c", "1"))
+	o.Blind() // the API server is away for a minute
+	if got := o.Lost(30 * s); len(got) != 0 {
+		t.Fatalf("blind, yet lost %v", got)
+	}
+	o.Read(60*s, leases("a", "1")) // back; c's lease is missing from the read
+	if got := o.Lost(65 * s); len(got) != 0 {
+		t.Fatalf("lost %v 5 s after the outage: a node had no chance to renew", got)
+	}
+	if got := o.Lost(66 * s); !slices.Equal(got, []replica.Node{"a", "c"}) {
+		t.Fatalf("lost %v, want [a c] once duration + margin passed after the outage", got)
+	}
+}
+
+func TestANodePromisedIsNotTakenForLostBeforeThePromiseEnds(t *testing.T) {
+	o := NewObserver(cfg, "b")
+	o.Read(0, leases("a", "1"))
+	ok, span := o.Promise("a", 5*s) // a, cut off from the API server, asks
+	if !ok || span != cfg.Duration-cfg.Margin {
+		t.Fatalf("promise %v %s", ok, span)
+	}
+	if got := o.Lost(9*s - 1); len(got) != 0 {
+		t.Fatalf("lost %v during a promise that lasts until 9 s", got)
+	}
+	if got := o.Lost(9 * s); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v after the promise", got)
+	}
+	if ok, _ := o.Promise("b", 9*s); ok {
+		t.Fatal("a node promised itself")
+	}
+	// A shorter promise later never shortens an earlier one.
+	o2 := NewObserver(Config{Renew: s, Duration: 5 * s, Margin: s}, "b")
+	o2.Promise("a", 10*s)
+	o2.promised["a"] = 20 * s
+	o2.Promise("a", 11*s)
+	if o2.promised["a"] != 20*s {
+		t.Fatalf("promise shortened to %s", o2.promised["a"])
+	}
+}
+
+func TestOnlyTheSuccessorTakesAnActivePrimarysVolumeOver(t *testing.T) {
+	st := state() // a active primary; b and c ready at 8, d empty
+	lost := []replica.Node{"a"}
+	if got := Takeovers([]replica.State{st}, lost, "b", 1); len(got) != 1 || got[0].Lost != "a" || got[0].Volume.Volume != "v" {
+		t.Fatalf("b takes over %+v, want v from a", got)
+	}
+	for _, n := range []replica.Node{"c", "d", "a"} {
+		if got := Takeovers([]replica.State{st}, lost, n, 1); len(got) != 0 {
+			t.Fatalf("%s takes over %+v: only the successor does", n, got)
+		}
+	}
+	// b lost too: c is the successor, never a lost node.
+	if got := Takeovers([]replica.State{st}, []replica.Node{"a", "b"}, "c", 1); len(got) != 1 {
+		t.Fatalf("c takes over %+v with a and b lost", got)
+	}
+	if got := Takeovers([]replica.State{st}, []replica.Node{"a", "b"}, "b", 1); len(got) != 0 {
+		t.Fatalf("lost b takes over %+v", got)
+	}
+	// Nothing to take over: a primary not active (no pod writes), a
+	// primary on a live node, a volume being deleted.
+	idle := state()
+	idle.Replicas[0].Active = false
+	deleting := state()
+	deleting.Deleting = true
+	for _, s := range []replica.State{idle, deleting} {
+		if got := Takeovers([]replica.State{s}, lost, "b", 1); len(got) != 0 {
+			t.Fatalf("takes over %+v", got)
+		}
+	}
+	if got := Takeovers([]replica.State{st}, []replica.Node{"c"}, "b", 1); len(got) != 0 {
+		t.Fatalf("takes over %+v from a live primary", got)
+	}
+}
