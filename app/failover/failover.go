@@ -1,0 +1,86 @@
+// Package failover holds the daemon's node-loss use cases (issue 14,
+// seed 000's fencing): the Guard keeps this node's lease and fences the
+// primaries here when the node may no longer write; the Survivor watches
+// every other node's lease and, when one is lost, takes over the volumes
+// whose successor this node is. The rules (when a node may write, when an
+// observer may take a node for lost, who takes over) are domain/liveness's;
+// these use cases measure time, read, ask the domain and hand the answer
+// to the ports.
+package failover
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+// Config is the node's failover settings.
+type Config struct {
+	Node  replica.Node
+	Lease liveness.Config
+	// Lag is how many snapshots a successor may be behind the newest
+	// reported and still take over (the volume managers' --allowed-lag).
+	Lag uint64
+}
+
+// Clock is a monotonic clock: the time since some fixed instant of this
+// process. No instant of it is ever compared with another node's.
+type Clock func() time.Duration
+
+// MonotonicClock returns a Clock reading Go's monotonic clock.
+func MonotonicClock() Clock {
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
+}
+
+// Volumes is the daemon's last known state of every replicated volume (fed
+// by a watch): what the Guard fences from when the API server cannot be
+// read. A hint for fencing only; every takeover decides again on a fresh
+// read by compare-and-swap.
+type Volumes struct {
+	mu     sync.Mutex
+	states map[volume.ID]replica.State
+}
+
+// NewVolumes returns an empty view.
+func NewVolumes() *Volumes { return &Volumes{states: map[volume.ID]replica.State{}} }
+
+// Saw records a volume's state as just seen.
+func (v *Volumes) Saw(st replica.State) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.states[st.Volume] = st
+}
+
+// Gone forgets a volume.
+func (v *Volumes) Gone(id volume.ID) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.states, id)
+}
+
+// PrimaryOn lists the volumes whose active primary is node, by ID.
+func (v *Volumes) PrimaryOn(node replica.Node) []replica.State {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []replica.State
+	for _, st := range v.states {
+		if r, ok := st.Replica(node); ok && st.Primary == node && r.Active {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b replica.State) int {
+		if a.Volume < b.Volume {
+			return -1
+		}
+		if a.Volume > b.Volume {
+			return 1
+		}
+		return 0
+	})
+	return out
+}

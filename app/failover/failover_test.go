@@ -1,0 +1,222 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+var timing = liveness.Config{Renew: time.Second, Duration: 5 * time.Second, Margin: 500 * time.Millisecond}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Duration
+}
+
+func (c *fakeClock) read() time.Duration { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) set(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = d }
+
+type nopEvents struct{}
+
+func (nopEvents) Record(context.Context, volume.ID, ports.Event) {}
+
+func primaryState(vol volume.ID, primary replica.Node, others ...replica.Node) replica.State {
+	st := replica.State{Volume: vol, ReplicationFactor: 1 + len(others), Epoch: 3, Primary: primary,
+		Replicas: []replica.Replica{{Node: primary, Snapshot: 7, SnapshotEpoch: 3, Ready: true, Active: true}}}
+	for _, o := range others {
+		st.Replicas = append(st.Replicas, replica.Replica{Node: o, Snapshot: 7, SnapshotEpoch: 3, Ready: true})
+	}
+	return st
+}
+
+// The node's lease, renewed at 0 s, is held until 4.5 s; a renewal that
+// fails after that leaves the primary here with a taker fenced once (its
+// writers stopped, its pods' mounts removed), the one without a taker
+// not; a renewal accepted again lets it write.
+func TestTheGuardFencesAPrimaryOnlyOnceTheLeaseRanOutAndOnlyWhereAnotherNodeCouldTakeOver(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	vols.Saw(primaryState("single", "a"))
+	vols.Saw(primaryState("elsewhere", "b", "a"))
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	ctx := context.Background()
+
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.set(4*time.Second + 400*time.Millisecond)
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	if g.RenewOnce(ctx) == nil {
+		t.Fatal("a failed renewal succeeded")
+	}
+	if next := g.Check(ctx); next > 100*time.Millisecond || next <= 0 {
+		t.Fatalf("next check in %s, want at the lease's end (in 100 ms)", next)
+	}
+	clock.set(4*time.Second + 500*time.Millisecond)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil)
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/k/pods/x/mount"}, nil)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep", "/k/pods/x/mount"}, "/p/rep").Return([]ports.StoppedProcess{{PID: 42, Command: "writer"}}, nil)
+	g.Check(ctx)
+	if g.Fenced("rep") == "" || g.Fenced("single") != "" || g.Fenced("elsewhere") != "" {
+		t.Fatalf("fenced: rep %q, single %q, elsewhere %q", g.Fenced("rep"), g.Fenced("single"), g.Fenced("elsewhere"))
+	}
+	g.Check(ctx) // fenced once: no second Fence call (gomock fails on one)
+
+	clock.set(6 * time.Second)
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Check(ctx)
+	if why := g.Fenced("rep"); why != "" {
+		t.Fatalf("still fenced after a renewal: %s", why)
+	}
+}
+
+// Without its lease a primary goes on writing while every taker promised.
+func TestTheGuardWritesOnPromisesWithoutItsLease(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{now: 10 * time.Second} // never renewed
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b", "c"))
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, mocks.NewMockNodeLease(ctrl), vols,
+		mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nopEvents{}, zap.NewNop())
+	g.Promised(liveness.Promise{From: "b", Until: 14 * time.Second}, liveness.Promise{From: "c", Until: 13 * time.Second})
+	if v := g.Writable(primaryState("rep", "a", "b", "c")); !v.MayWrite || v.Until != 13*time.Second {
+		t.Fatalf("%+v", v)
+	}
+	g.Check(context.Background()) // no fence: the mocks expect nothing
+}
+
+type leaseMap struct {
+	mu   sync.Mutex
+	vals map[replica.Node]ports.LeaseRecord
+	err  error
+}
+
+func (l *leaseMap) Leases(context.Context) (map[replica.Node]ports.LeaseRecord, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[replica.Node]ports.LeaseRecord{}
+	for k, v := range l.vals {
+		out[k] = v
+	}
+	return out, l.err
+}
+
+func (l *leaseMap) renew(n replica.Node, v string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.vals[n] = ports.LeaseRecord{Value: v}
+}
+
+// Node a, primary of a volume copied on b and c, stops renewing. Both
+// survivors observe it; only b, the successor, takes over (epoch + 1), and
+// then removes a's placement, taints a and deletes a's pods, in that
+// order. c, deciding on the same view, changes nothing.
+func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	if _, err := cluster.Create(ctx, primaryState("v", "a", "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{}}
+	leases.renew("a", "1")
+	leases.renew("b", "1")
+	leases.renew("c", "1")
+	clock := &fakeClock{}
+	local := func() ports.SnapshotStore {
+		s := mocks.NewMockSnapshotStore(ctrl)
+		s.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+		return s
+	}
+	effB := mocks.NewMockFailoverEffects(ctrl)
+	effC := mocks.NewMockFailoverEffects(ctrl)
+	for _, e := range []*mocks.MockFailoverEffects{effB, effC} {
+		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	}
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, local(), effB, nopEvents{}, zap.NewNop())
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, local(), effC, nopEvents{}, zap.NewNop())
+	step := func(at time.Duration) {
+		clock.set(at)
+		leases.renew("b", at.String())
+		leases.renew("c", at.String())
+		for _, s := range []*Survivor{c, b} {
+			if err := s.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for at := time.Duration(0); at < 5500*time.Millisecond; at += 500 * time.Millisecond {
+		step(at) // a's lease unchanged, not yet for duration + margin
+	}
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" || st.Epoch != 3 {
+		t.Fatalf("taken over early: %+v", st)
+	}
+	gomock.InOrder(
+		effB.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
+		effB.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		effB.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return([]string{"ns/app-0"}, nil),
+	)
+	step(5500 * time.Millisecond)
+	st, _ := cluster.Get(ctx, "v")
+	if st.Primary != "b" || st.Epoch != 4 {
+		t.Fatalf("after the takeover: %+v", st)
+	}
+	if r, _ := st.Replica("a"); r.Active {
+		t.Fatal("the lost primary is still active")
+	}
+	step(6 * time.Second) // nothing more: effects done, b is the primary
+}
+
+// A survivor whose own reads failed knows nothing of that time: the
+// lease's age restarts when it reads again.
+func TestASurvivorThatCouldNotReadTakesNobodyForLostUntilAFullDurationAfter(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}}}
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	_ = b.Step(ctx)
+	leases.err = errors.New("apiserver away")
+	clock.set(60 * time.Second)
+	if b.Step(ctx) == nil {
+		t.Fatal("a failed read went unreported")
+	}
+	leases.err = nil
+	clock.set(61 * time.Second)
+	if err := b.Step(ctx); err != nil { // no takeover: the store mock expects no ListVolumes
+		t.Fatal(err)
+	}
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" {
+		t.Fatalf("taken over right after the outage: %+v", st)
+	}
+}

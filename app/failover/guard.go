@@ -1,0 +1,197 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Guard keeps this node's lease and fences the primaries here once the
+// node may no longer write (liveness.Decide): neither its lease (held
+// Duration - Margin after sending the last renewal the server accepted)
+// nor a running promise of every node that could take the volume over.
+// Fencing lives in the daemon, not in the volume managers: a crashed
+// volume manager does not disable it.
+type Guard struct {
+	cfg     Config
+	clock   Clock
+	lease   ports.NodeLease
+	volumes *Volumes
+	store   ports.SnapshotStore
+	mounts  ports.MountTable
+	fencer  ports.Fencer
+	events  ports.EventRecorder
+	log     *zap.Logger
+
+	mu         sync.Mutex
+	leaseUntil time.Duration
+	renewed    chan struct{}
+	promises   []liveness.Promise
+	fenced     map[volume.ID]string
+}
+
+// NewGuard returns the guard of cfg.Node.
+func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Guard {
+	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, store: store, mounts: mounts, fencer: fencer,
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}}
+}
+
+// Run renews the lease every Renew and fences when the node may no longer
+// write, until ctx ends. Renewals run apart from the checks, so a renewal
+// hanging on a broken link never delays a fence.
+func (g *Guard) Run(ctx context.Context) {
+	go g.renewals(ctx)
+	for {
+		next := g.Check(ctx)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-g.renewed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (g *Guard) renewals(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Lease.Renew)
+	defer t.Stop()
+	failing := false
+	for {
+		if err := g.RenewOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failing {
+				g.log.Warn("node lease not renewed", zap.Error(err))
+			}
+			failing = true
+		} else if failing {
+			g.log.Info("node lease renewed again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RenewOnce sends one renewal; accepted, the lease is held until
+// Duration - Margin after it was sent.
+func (g *Guard) RenewOnce(ctx context.Context) error {
+	sent := g.clock()
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Duration-g.cfg.Lease.Margin)
+	defer cancel()
+	if err := g.lease.Renew(rctx); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	if held := g.cfg.Lease.Held(sent); held > g.leaseUntil {
+		g.leaseUntil = held
+	}
+	g.mu.Unlock()
+	select {
+	case g.renewed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Promised records promises received (from the peer channel): while every
+// node that could take a volume over promised, its primary here writes on.
+func (g *Guard) Promised(ps ...liveness.Promise) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock()
+	kept := g.promises[:0]
+	for _, p := range g.promises {
+		if p.Until > now {
+			kept = append(kept, p)
+		}
+	}
+	g.promises = append(kept, ps...)
+}
+
+// Writable says whether the primaries of volumes here may write now (the
+// node holds its lease or every taker's promise), and why not.
+func (g *Guard) Writable(st replica.State) liveness.Verdict {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.verdict(st)
+}
+
+func (g *Guard) verdict(st replica.State) liveness.Verdict {
+	return liveness.Decide(liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: g.promises}, liveness.TakersOf(st, g.cfg.Node))
+}
+
+// Check fences every primary here that may no longer write and is not
+// fenced yet, and returns when to check again at the latest.
+func (g *Guard) Check(ctx context.Context) time.Duration {
+	next := g.cfg.Lease.Renew
+	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
+		g.mu.Lock()
+		v := g.verdict(st)
+		why, done := g.fenced[st.Volume]
+		if v.MayWrite && done {
+			delete(g.fenced, st.Volume)
+			g.log.Info("the node may write again", zap.String("volume", string(st.Volume)), zap.String("fenced because", why), zap.String("reason", v.Reason))
+		}
+		g.mu.Unlock()
+		if v.MayWrite {
+			if left := v.Until - g.clock(); left > 0 && left < next {
+				next = left
+			}
+			continue
+		}
+		if done {
+			continue
+		}
+		if err := g.fence(ctx, st.Volume, v.Reason); err != nil {
+			g.log.Error("fence failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
+			next = min(next, 100*time.Millisecond)
+			continue
+		}
+		g.mu.Lock()
+		g.fenced[st.Volume] = v.Reason
+		g.mu.Unlock()
+	}
+	return max(next, time.Millisecond)
+}
+
+// Fenced says why volume id is fenced here ("" when it is not).
+func (g *Guard) Fenced(id volume.ID) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fenced[id]
+}
+
+func (g *Guard) fence(ctx context.Context, id volume.ID, reason string) error {
+	info, err := g.store.GetVolume(ctx, id)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", id, err)
+	}
+	points, err := g.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", id, err)
+	}
+	stopped, err := g.fencer.Fence(ctx, points, info.MountPath)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", id, err)
+	}
+	msg := fmt.Sprintf("primary on %s fenced: %s; stopped %d writer(s) %v and removed its pods' mounts", g.cfg.Node, reason, len(stopped), stopped)
+	g.log.Warn("primary fenced", zap.String("volume", string(id)), zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
+	g.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
+	return nil
+}

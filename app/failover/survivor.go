@@ -1,0 +1,245 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Survivor watches every node's lease from this node and takes over the
+// volumes this node is the successor of when their primary's node is lost
+// (liveness.Observer, liveness.Takeovers): not a single controller pod,
+// which may be on the lost node. The takeover itself is a compare-and-swap
+// (replica.Takeover: epoch + 1, refused when another replica is newer), so
+// two survivors deciding at once cannot both win; then the lost node's
+// placement of the volume is removed, the node tainted, and its pods that
+// use the volume force-deleted so their controller recreates them here.
+type Survivor struct {
+	cfg     Config
+	clock   Clock
+	leases  ports.NodeLeases
+	cluster ports.ClusterState
+	store   ports.SnapshotStore
+	effects ports.FailoverEffects
+	events  ports.EventRecorder
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	obs     *liveness.Observer
+	peers   map[replica.Node]string
+	pending map[volume.ID]replica.Node // took over; effects on the lost node not all done
+	lost    map[replica.Node]bool      // last logged
+	ticks   int
+}
+
+// NewSurvivor returns the survivor of cfg.Node.
+func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
+	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[volume.ID]replica.Node{}, lost: map[replica.Node]bool{}}
+}
+
+// Run reads the leases every Renew and acts on what it finds until ctx
+// ends.
+func (s *Survivor) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Lease.Renew)
+	defer t.Stop()
+	for {
+		if err := s.Step(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("failover check incomplete", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Promise answers node's request for a promise not to take its volumes
+// over (see liveness.Observer.Promise).
+func (s *Survivor) Promise(node replica.Node) (bool, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.obs.Promise(node, s.clock())
+}
+
+// PeerAddress is node's peer address as its lease last said, known
+// although the API server cannot be read now.
+func (s *Survivor) PeerAddress(node replica.Node) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.peers[node]
+	return a, ok && a != ""
+}
+
+// Step reads the leases once, takes over what this node must, carries out
+// the effects still owed, and lifts this node's own fenced taint once its
+// copies are ready again.
+func (s *Survivor) Step(ctx context.Context) error {
+	recs, err := s.leases.Leases(ctx)
+	s.mu.Lock()
+	now := s.clock()
+	if err != nil {
+		s.obs.Blind()
+		s.mu.Unlock()
+		return fmt.Errorf("read the nodes' leases: %w", err)
+	}
+	values := make(map[replica.Node]string, len(recs))
+	for n, r := range recs {
+		values[n] = r.Value
+		s.peers[n] = r.PeerAddress
+	}
+	s.obs.Read(now, values)
+	lost := s.obs.Lost(now)
+	s.logLost(lost)
+	s.ticks++
+	checkTaint := s.ticks%5 == 1
+	s.mu.Unlock()
+
+	var errs []error
+	if len(lost) > 0 {
+		states, err := s.localStates(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, t := range liveness.Takeovers(states, lost, s.cfg.Node, s.cfg.Lag) {
+			errs = append(errs, s.takeOver(ctx, t))
+		}
+	}
+	errs = append(errs, s.effectsOwed(ctx))
+	if checkTaint {
+		errs = append(errs, s.liftOwnTaint(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Survivor) logLost(lost []replica.Node) {
+	now := map[replica.Node]bool{}
+	for _, n := range lost {
+		now[n] = true
+		if !s.lost[n] {
+			s.log.Warn("node lost: its lease has not changed for the lease duration plus the margin", zap.String("node", string(n)))
+		}
+	}
+	for n := range s.lost {
+		if !now[n] {
+			s.log.Info("node renews its lease again", zap.String("node", string(n)))
+		}
+	}
+	s.lost = now
+}
+
+// localStates reads, fresh, the state of every volume with a copy here:
+// only those can this node take over.
+func (s *Survivor) localStates(ctx context.Context) ([]replica.State, error) {
+	vols, err := s.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list local volumes: %w", err)
+	}
+	var out []replica.State
+	var errs []error
+	for _, v := range vols {
+		st, err := s.cluster.Get(ctx, v.ID)
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			out = append(out, st)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
+	id := t.Volume.Volume
+	st, err := s.cluster.Update(ctx, id, func(st *replica.State) error {
+		return replica.Takeover(st, s.cfg.Node, t.Lost, s.cfg.Lag)
+	})
+	if err != nil {
+		if errors.Is(err, replica.ErrFenced) || errors.Is(err, replica.ErrBehind) {
+			// Another survivor won, or the fresh state says this node may
+			// not: the compare-and-swap is the arbiter.
+			s.log.Info("takeover not made", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Error(err))
+			return nil
+		}
+		return fmt.Errorf("take %s over from %s: %w", id, t.Lost, err)
+	}
+	s.log.Warn("took over a volume from a lost node", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Uint64("epoch", uint64(st.Epoch)))
+	s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
+		Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
+	s.mu.Lock()
+	s.pending[id] = t.Lost
+	s.mu.Unlock()
+	return nil
+}
+
+// effectsOwed carries out, for every takeover made, what the lost node
+// still owes: no placement there, the taint, its pods deleted. Each step
+// is idempotent; a failed one is retried at the next Step.
+func (s *Survivor) effectsOwed(ctx context.Context) error {
+	s.mu.Lock()
+	owed := make(map[volume.ID]replica.Node, len(s.pending))
+	for id, n := range s.pending {
+		owed[id] = n
+	}
+	s.mu.Unlock()
+	var errs []error
+	for id, n := range owed {
+		// The label first: a pod recreated at once must not land on n.
+		err := s.effects.Unplace(ctx, n, id)
+		if err == nil {
+			err = s.effects.Taint(ctx, n, true)
+		}
+		var pods []string
+		if err == nil {
+			pods, err = s.effects.EvictPods(ctx, n, id)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("after taking %s over from %s: %w", id, n, err))
+			continue
+		}
+		if len(pods) > 0 {
+			s.log.Warn("force-deleted the lost node's pods of a volume taken over", zap.String("volume", string(id)), zap.String("lost", string(n)), zap.Strings("pods", pods))
+			s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PodsEvicted",
+				Message: fmt.Sprintf("force-deleted %v on lost node %s (tainted %s) so that their controllers start them on %s", pods, n, "ferry.zfs.csi.io/fenced", s.cfg.Node)})
+		}
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// liftOwnTaint removes this node's fenced taint once the node holds its
+// lease (this daemon runs) and every local copy listed in its volume's
+// state is ready again (resynced after its rollback).
+func (s *Survivor) liftOwnTaint(ctx context.Context) error {
+	tainted, err := s.effects.Tainted(ctx, s.cfg.Node)
+	if err != nil || !tainted {
+		return err
+	}
+	states, err := s.localStates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range states {
+		if r, ok := st.Replica(s.cfg.Node); ok && !st.Deleting && !r.Ready && !r.Active {
+			return nil // still resyncing
+		}
+	}
+	if err := s.effects.Taint(ctx, s.cfg.Node, false); err != nil {
+		return err
+	}
+	s.log.Info("fenced taint removed: every copy here is ready again")
+	return nil
+}

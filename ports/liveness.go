@@ -1,0 +1,50 @@
+package ports
+
+import (
+	"context"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+// NodeLease is this node's own liveness lease (Kubernetes: a
+// coordination.k8s.io Lease per node in Ferry's namespace, which also
+// publishes the node's peer address). Liveness is per node, not per
+// volume: renewals grow with nodes.
+type NodeLease interface {
+	// Renew renews the lease once. nil only when the server accepted the
+	// renewal; an observer then sees a new value (LeaseRecord.Value).
+	Renew(ctx context.Context) error
+}
+
+// NodeLeases reads every node's lease.
+type NodeLeases interface {
+	// Leases maps each node that has a lease to what it holds now.
+	Leases(ctx context.Context) (map[replica.Node]LeaseRecord, error)
+}
+
+// LeaseRecord is one node's lease as read: Value changes with every
+// renewal (and only then); PeerAddress is where its peer service listens.
+type LeaseRecord struct {
+	Value       string
+	PeerAddress string
+}
+
+// FailoverEffects carries out, in the cluster, what a takeover decided
+// about the lost node (each call idempotent, safe to repeat after any
+// error).
+type FailoverEffects interface {
+	// Unplace removes the placement of volume id from node (the scheduler
+	// may no longer pick node for the volume's pods).
+	Unplace(ctx context.Context, node replica.Node, id volume.ID) error
+	// Taint marks node fenced (Kubernetes: the NoSchedule taint
+	// ferry.zfs.csi.io/fenced), or no longer when on is false.
+	Taint(ctx context.Context, node replica.Node, on bool) error
+	// Tainted reports whether node is marked fenced.
+	Tainted(ctx context.Context, node replica.Node) (bool, error)
+	// EvictPods force-deletes (grace 0, with the pod's UID as a
+	// precondition) the pods bound to node that use volume id and are
+	// owned by a controller, which recreates them elsewhere; a pod nobody
+	// owns is left alone. It returns the pods deleted, as namespace/name.
+	EvictPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error)
+}
