@@ -64,6 +64,8 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 	allowed := []struct{ what, patch string }{
 		{"set a placement label", `{"metadata":{"labels":{"replica.ferry.zfs.csi.io/pvc-1":"ready"}}}`},
 		{"remove a placement label", `{"metadata":{"labels":{"replica.ferry.zfs.csi.io/pvc-old":null}}}`},
+		{"taint the node fenced", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoSchedule"}]}}`},
+		{"lift the fenced taint", `{"spec":{"taints":null}}`},
 	}
 	for _, a := range allowed {
 		if err := patch(daemon, a.patch); err != nil {
@@ -77,6 +79,9 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 		{"a placement label with another value", `{"metadata":{"labels":{"replica.ferry.zfs.csi.io/pvc-2":"yes"}}}`, `the value "ready"`},
 		{"cordon", `{"spec":{"unschedulable":true}}`, "may not change a node's spec"},
 		{"taint", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "may not change a node's spec"},
+		{"taint besides the fenced one", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoSchedule"},{"key":"k","effect":"NoSchedule"}]}}`, "may not change a node's spec"},
+		{"the fenced taint evicting", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoExecute"}]}}`, "effect NoSchedule"},
+		{"a provider ID", `{"spec":{"providerID":"x://y"}}`, "may not change a node's spec"},
 		{"annotate", `{"metadata":{"annotations":{"a":"b"}}}`, "annotations"},
 	}
 	for _, r := range refused {

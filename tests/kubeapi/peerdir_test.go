@@ -51,3 +51,31 @@ func TestNodeLeasesPublishPeerAddresses(t *testing.T) {
 		t.Fatalf("a lease held by another node resolved: %v", err)
 	}
 }
+
+// Every accepted renewal changes the lease's value as every observer reads
+// it, and costs one write once the first has been made.
+func TestEveryRenewalChangesTheLeaseAsObserversReadIt(t *testing.T) {
+	cfg := start(t)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ferry-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	p := peerdir.NewPublisher(kube, "ferry-system", "node-r", "10.9.0.7:7443")
+	leases := peerdir.NewLeases(kube, "ferry-system")
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		if err := p.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := leases.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, ok := got["node-r"]
+		if !ok || rec.PeerAddress != "10.9.0.7:7443" || rec.Value == "" || seen[rec.Value] {
+			t.Fatalf("renewal %d: %+v (seen %v)", i, got, seen)
+		}
+		seen[rec.Value] = true
+	}
+}

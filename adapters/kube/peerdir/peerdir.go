@@ -43,14 +43,49 @@ func LeaseName(node replica.Node) string {
 	return "ferry-node-" + hex.EncodeToString(sum[:16])
 }
 
-// Publisher keeps this node's Lease.
+// Publisher keeps this node's Lease: its liveness (ports.NodeLease) and
+// its peer address.
 type Publisher struct {
 	client    kubernetes.Interface
 	namespace string
 	node      replica.Node
 	address   string
-	// Duration is the Lease's duration; renewals come every third of it.
+	// Duration is the Lease's duration; renewals come every third of it
+	// (Run), or as the caller of Renew decides.
 	Duration time.Duration
+
+	mu   sync.Mutex
+	last *coordinationv1.Lease // as the last renewal left it: the next is one write
+}
+
+var _ ports.NodeLease = (*Publisher)(nil)
+
+// Renew renews the Lease once: one update of the object the last renewal
+// returned, or a read first when there is none (or the last write failed).
+func (p *Publisher) Renew(ctx context.Context) error {
+	p.mu.Lock()
+	cur := p.last
+	p.last = nil
+	p.mu.Unlock()
+	if cur == nil {
+		return p.Publish(ctx)
+	}
+	cur = cur.DeepCopy()
+	now := metav1.NewMicroTime(time.Now())
+	secs := int32(p.Duration / time.Second)
+	cur.Spec.RenewTime, cur.Spec.LeaseDurationSeconds = &now, &secs
+	out, err := p.client.CoordinationV1().Leases(p.namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("renew node lease %s/%s: %w", p.namespace, cur.Name, err)
+	}
+	p.remember(out)
+	return nil
+}
+
+func (p *Publisher) remember(l *coordinationv1.Lease) {
+	p.mu.Lock()
+	p.last = l
+	p.mu.Unlock()
 }
 
 // NewPublisher returns the publisher of node's address in namespace.
@@ -67,7 +102,7 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	name := LeaseName(p.node)
 	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+		out, err := leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.namespace,
 				Labels:      map[string]string{"app.kubernetes.io/name": "ferry", LabelComponent: componentValue},
 				Annotations: map[string]string{AnnotationPeerAddress: p.address}},
@@ -76,6 +111,7 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create node lease %s/%s: %w", p.namespace, name, err)
 		}
+		p.remember(out)
 		return nil
 	}
 	if err != nil {
@@ -89,9 +125,11 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	}
 	cur.Annotations[AnnotationPeerAddress] = p.address
 	cur.Spec.HolderIdentity, cur.Spec.LeaseDurationSeconds, cur.Spec.RenewTime = &holder, &secs, &now
-	if _, err := leases.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	out, err := leases.Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("renew node lease %s/%s: %w", p.namespace, name, err)
 	}
+	p.remember(out)
 	return nil
 }
 
@@ -157,4 +195,40 @@ func (r *Resolver) Resolve(node replica.Node) (string, error) {
 	r.cache[node] = cached{addr: addr, at: time.Now()}
 	r.mu.Unlock()
 	return addr, nil
+}
+
+// Leases reads every node's Lease (ports.NodeLeases): one list of Ferry's
+// node leases, each mapped to its holder. A lease's value is its
+// resourceVersion, which changes with every write of it and only then.
+type Leases struct {
+	client    kubernetes.Interface
+	namespace string
+}
+
+var _ ports.NodeLeases = (*Leases)(nil)
+
+// NewLeases returns the reader of the node leases in namespace.
+func NewLeases(client kubernetes.Interface, namespace string) *Leases {
+	return &Leases{client: client, namespace: namespace}
+}
+
+// Leases lists the node leases; a lease without a holder, or whose name
+// is not its holder's, is skipped (never taken for another node's).
+func (l *Leases) Leases(ctx context.Context) (map[replica.Node]ports.LeaseRecord, error) {
+	list, err := l.client.CoordinationV1().Leases(l.namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelComponent + "=" + componentValue})
+	if err != nil {
+		return nil, fmt.Errorf("list node leases in %s: %w", l.namespace, err)
+	}
+	out := make(map[replica.Node]ports.LeaseRecord, len(list.Items))
+	for _, it := range list.Items {
+		if it.Spec.HolderIdentity == nil {
+			continue
+		}
+		n := replica.Node(*it.Spec.HolderIdentity)
+		if LeaseName(n) != it.Name {
+			continue
+		}
+		out[n] = ports.LeaseRecord{Value: it.ResourceVersion, PeerAddress: it.Annotations[AnnotationPeerAddress]}
+	}
+	return out, nil
 }

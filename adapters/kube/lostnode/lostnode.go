@@ -1,0 +1,169 @@
+// Package lostnode is ports.FailoverEffects on Kubernetes: what a
+// surviving daemon does to a node whose volumes it took over. It removes
+// the node's placement label of the volume (a JSON merge patch naming that
+// one label), taints the node ferry.zfs.csi.io/fenced:NoSchedule, and
+// force-deletes the node's pods that use the volume and have a
+// controller (grace 0, the pod's UID as a precondition), so that the
+// controller recreates them where the volume now lives. deploy's admission
+// policy lets the daemon's ServiceAccount change nothing else on a node.
+package lostnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// TaintKey is Ferry's taint of a fenced node (effect NoSchedule).
+const TaintKey = "ferry.zfs.csi.io/fenced"
+
+// Effects carries out a takeover's effects.
+type Effects struct {
+	client kubernetes.Interface
+	driver string
+}
+
+var _ ports.FailoverEffects = (*Effects)(nil)
+
+// New returns the effects of driver's takeovers.
+func New(client kubernetes.Interface, driver string) *Effects {
+	return &Effects{client: client, driver: driver}
+}
+
+// Unplace removes node's placement label of id.
+func (e *Effects) Unplace(ctx context.Context, node replica.Node, id volume.ID) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{rvapi.UsableLabel(id): nil}}})
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.CoreV1().Nodes().Patch(ctx, string(node), types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry-daemon"}); err != nil {
+		return fmt.Errorf("remove the placement of %s from node %s: %w", id, node, err)
+	}
+	return nil
+}
+
+// Tainted reports whether node carries Ferry's taint.
+func (e *Effects) Tainted(ctx context.Context, node replica.Node) (bool, error) {
+	n, err := e.client.CoreV1().Nodes().Get(ctx, string(node), metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", node, err)
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintKey {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Taint sets (on) or removes Ferry's taint on node, by compare-and-swap
+// of the node (other taints are kept as they are).
+func (e *Effects) Taint(ctx context.Context, node replica.Node, on bool) error {
+	for attempt := 0; ; attempt++ {
+		n, err := e.client.CoreV1().Nodes().Get(ctx, string(node), metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read node %s: %w", node, err)
+		}
+		var taints []corev1.Taint
+		has := false
+		for _, t := range n.Spec.Taints {
+			if t.Key == TaintKey {
+				has = true
+				continue
+			}
+			taints = append(taints, t)
+		}
+		if has == on {
+			return nil
+		}
+		if on {
+			now := metav1.Now()
+			taints = append(taints, corev1.Taint{Key: TaintKey, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+		}
+		n.Spec.Taints = taints
+		_, err = e.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "ferry-daemon"})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 5 {
+			return fmt.Errorf("taint node %s (%v): %w", node, on, err)
+		}
+	}
+}
+
+// EvictPods force-deletes node's pods that use id's claim and have a
+// controller.
+func (e *Effects) EvictPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error) {
+	ns, claim, err := e.claimOf(ctx, id)
+	if err != nil || claim == "" {
+		return nil, err
+	}
+	pods, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", string(node)).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods of node %s in %s: %w", node, ns, err)
+	}
+	var deleted []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != string(node) || !usesClaim(p, claim) || metav1.GetControllerOf(&p) == nil {
+			continue
+		}
+		zero := int64(0)
+		uid := p.UID
+		err := e.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			deleted = append(deleted, ns+"/"+p.Name)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone already, or another pod of that name: not ours to delete.
+		default:
+			return deleted, fmt.Errorf("force-delete pod %s/%s on node %s: %w", ns, p.Name, node, err)
+		}
+	}
+	return deleted, nil
+}
+
+// claimOf finds the claim bound to id's PersistentVolume: the PV named
+// after the volume (the external-provisioner names both alike), checked to
+// be this driver's with that handle, else a search of the PVs.
+func (e *Effects) claimOf(ctx context.Context, id volume.ID) (string, string, error) {
+	match := func(pv *corev1.PersistentVolume) bool {
+		return pv.Spec.CSI != nil && pv.Spec.CSI.Driver == e.driver && pv.Spec.CSI.VolumeHandle == string(id) && pv.Spec.ClaimRef != nil
+	}
+	if pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, string(id), metav1.GetOptions{}); err == nil && match(pv) {
+		return pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name, nil
+	}
+	list, err := e.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("find the claim of volume %s: %w", id, err)
+	}
+	for i := range list.Items {
+		if match(&list.Items[i]) {
+			return list.Items[i].Spec.ClaimRef.Namespace, list.Items[i].Spec.ClaimRef.Name, nil
+		}
+	}
+	return "", "", nil
+}
+
+func usesClaim(p corev1.Pod, claim string) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			return true
+		}
+		if v.Ephemeral != nil && p.Name+"-"+v.Name == claim {
+			return true
+		}
+	}
+	return false
+}

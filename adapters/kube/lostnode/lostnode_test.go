@@ -1,0 +1,90 @@
+package lostnode
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func pod(name, node, claim string, owned bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "app", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
+	if owned {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "ss", Controller: &yes}}
+	}
+	return p
+}
+
+func TestOnlyTheLostNodesOwnedPodsOfTheVolumeAreForceDeleted(t *testing.T) {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-1"}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "ferry.zfs.csi.io", VolumeHandle: "pvc-1"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: "app", Name: "data-db-0"}}}
+	client := fake.NewClientset(pv,
+		pod("db-0", "node1", "data-db-0", true),       // deleted
+		pod("bare", "node1", "data-db-0", false),      // nobody recreates it: left
+		pod("other", "node1", "another", true),        // another claim
+		pod("db-0-moved", "node2", "data-db-0", true), // another node
+	)
+	e := New(client, "ferry.zfs.csi.io")
+	got, err := e.EvictPods(context.Background(), "node1", "pvc-1")
+	if err != nil || !slices.Equal(got, []string{"app/db-0"}) {
+		t.Fatalf("evicted %v, %v; want [app/db-0]", got, err)
+	}
+	left, _ := client.CoreV1().Pods("app").List(context.Background(), metav1.ListOptions{})
+	if len(left.Items) != 3 {
+		t.Fatalf("%d pods left, want 3", len(left.Items))
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" {
+			d := a.(interface{ GetDeleteOptions() metav1.DeleteOptions }).GetDeleteOptions()
+			if d.GracePeriodSeconds == nil || *d.GracePeriodSeconds != 0 || d.Preconditions == nil || d.Preconditions.UID == nil || *d.Preconditions.UID != "uid-db-0" {
+				t.Fatalf("delete options %+v: want grace 0 and the pod's UID as precondition", d)
+			}
+		}
+	}
+	// Another driver's volume of that handle is not ours: nothing deleted.
+	if got, err := New(client, "other.csi").EvictPods(context.Background(), "node1", "pvc-1"); err != nil || len(got) != 0 {
+		t.Fatalf("another driver: %v, %v", got, err)
+	}
+}
+
+func TestTheTaintIsSetAndLiftedKeepingOtherTaintsAndThePlacementLabelGoes(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", Labels: map[string]string{"replica.ferry.zfs.csi.io/pvc-1": "ready", "keep": "x"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoExecute}}}}
+	client := fake.NewClientset(node)
+	e := New(client, "ferry.zfs.csi.io")
+	ctx := context.Background()
+	for range 2 { // idempotent
+		if err := e.Taint(ctx, "node1", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, _ := client.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	if len(n.Spec.Taints) != 2 || n.Spec.Taints[1].Key != TaintKey || n.Spec.Taints[1].Effect != corev1.TaintEffectNoSchedule {
+		t.Fatalf("taints %+v", n.Spec.Taints)
+	}
+	if on, err := e.Tainted(ctx, "node1"); !on || err != nil {
+		t.Fatalf("tainted %v %v", on, err)
+	}
+	if err := e.Taint(ctx, "node1", false); err != nil {
+		t.Fatal(err)
+	}
+	n, _ = client.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "other" {
+		t.Fatalf("taints after lifting %+v", n.Spec.Taints)
+	}
+	if err := e.Unplace(ctx, "node1", "pvc-1"); err != nil {
+		t.Fatal(err)
+	}
+	n, _ = client.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	if _, ok := n.Labels["replica.ferry.zfs.csi.io/pvc-1"]; ok || n.Labels["keep"] != "x" {
+		t.Fatalf("labels %v", n.Labels)
+	}
+}
