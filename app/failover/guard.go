@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -158,7 +159,10 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		if done {
 			continue
 		}
-		if err := g.fence(ctx, st.Volume, v.Reason); err != nil {
+		if err := g.fence(ctx, st.Volume, v.Reason); errors.Is(err, ports.ErrNotFound) {
+			g.volumes.Gone(st.Volume) // no copy here (any more): nothing writes it
+			continue
+		} else if err != nil {
 			g.log.Error("fence failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
 			next = min(next, 100*time.Millisecond)
 			continue

@@ -13,12 +13,14 @@ import (
 	"github.com/ferry-csi/ferry/adapters/eventlog"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	kubeevents "github.com/ferry-csi/ferry/adapters/kube/events"
+	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -30,7 +32,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -52,18 +54,38 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events p
 		}
 		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), leave, log.Named("adopt"))
 	}
+	// Node loss: the Guard renews the node's Lease (liveness and peer
+	// address) and fences the primaries here when it cannot; the Survivor
+	// takes lost nodes' volumes over.
+	fcfg := failover.Config{Node: node, Lease: o.leaseConfig(), Lag: o.AllowedLag}
+	clock := failover.MonotonicClock()
+	vols := failover.NewVolumes()
+	var guard *failover.Guard
+	var survivor *failover.Survivor
+	if o.PeerAdvertise != "" {
+		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
+		pub.Duration = o.LeaseDuration
+		guard = failover.NewGuard(fcfg, clock, pub, vols, store, mounts, fencer, events, log.Named("guard"))
+		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, store,
+			lostnode.New(kube, o.DriverName), events, log.Named("survivor"))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 3)
+	done := make(chan struct{}, 4)
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			if o.PeerAdvertise != "" {
-				pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
+			if guard != nil {
 				go func() {
 					defer func() { done <- struct{}{} }()
-					pub.Run(ctx, func(err error) { log.Warn("node lease not renewed", zap.Error(err)) })
+					guard.Run(ctx)
 				}()
-				log.Info("publishing the node's peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)))
+				go func() {
+					defer func() { done <- struct{}{} }()
+					survivor.Run(ctx)
+				}()
+				log.Info("renewing the node's lease with its peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)),
+					zap.Duration("renew", o.LeaseRenew), zap.Duration("duration", o.LeaseDuration), zap.Duration("margin", o.LeaseMargin))
 			} else {
+				done <- struct{}{}
 				done <- struct{}{}
 			}
 			go func() {
@@ -90,6 +112,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events p
 				} else {
 					go func() {
 						for st := range feed {
+							vols.Saw(st)
 							if labeler.Changed(st) {
 								select {
 								case kick <- struct{}{}:
@@ -127,9 +150,9 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, events p
 		},
 		OnStop: func(context.Context) error {
 			cancel()
-			<-done
-			<-done
-			<-done
+			for range cap(done) {
+				<-done
+			}
 			return nil
 		},
 	})

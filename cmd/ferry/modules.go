@@ -161,8 +161,8 @@ func daemonApp(o *Options) fx.Option {
 			// One peer service per node can serve every volume of the pool.
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
-				return daemonKube(lc, o, s, events, log)
+			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) error {
+				return daemonKube(lc, o, s, mt, newFencer(), events, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
 			func(uc *app.Node, events ports.EventRecorder) error { return nodeReplication(o, uc, events) },

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ferry-csi/ferry/domain/liveness"
 	"net"
 	"os"
 	"path/filepath"
@@ -55,6 +56,9 @@ type Options struct {
 	ControlDir       string // volume-manager: where its control socket goes
 	ReplicaControl   string // daemon: where the volume managers' control sockets are
 	HandoverWait     time.Duration
+	LeaseRenew       time.Duration // daemon: the node lease's renewal period
+	LeaseDuration    time.Duration
+	LeaseMargin      time.Duration
 	Tick             time.Duration
 	Resync           time.Duration
 	Watch            bool
@@ -106,6 +110,10 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.ReplicaTemplate, "replica-template", "", "with --serve-controller and --cluster-state kubernetes: the replica pods' template (YAML, deploy/replica-template.yaml); volumes of defaultReplicationFactor 2 or more are then replicated; empty: none are")
 	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
 	fs.StringVar(&o.ReplicaControl, "replica-control-dir", "/var/lib/ferry-control", "with --replica-template: the directory of the volume managers' control sockets (a host directory both mount); publish and unpublish of replicated volumes go through them")
+	fs.DurationVar(&o.LeaseRenew, "lease-renew", time.Second, "with --peer-advertise: how often the daemon renews its node's Lease (liveness, per node)")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", 5*time.Second, "with --peer-advertise: how long a node's Lease lasts: a node that cannot renew fences its primaries at duration - margin after its last accepted renewal was sent, and the other nodes take its volumes over once its Lease has not changed for duration + margin")
+	fs.DurationVar(&o.LeaseMargin, "lease-margin", 500*time.Millisecond, "with --peer-advertise: what absorbs request delays and clock-rate drift between the fence and a takeover (they are 2 margins apart)")
+	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "with --peer-advertise: snapshots a copy may be behind the newest and still take a lost primary's volume over (the volume managers' --allowed-lag)")
 	fs.DurationVar(&o.HandoverWait, "handover-wait", app.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
 	return o
 }
@@ -200,6 +208,9 @@ func (o *Options) validate(mode string) error {
 		if o.PlacementPeriod <= 0 {
 			errs = append(errs, errors.New("--placement-period must be positive"))
 		}
+		if err := o.leaseConfig().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--lease-renew, --lease-duration, --lease-margin: %w", err))
+		}
 	}
 	if mode == "volume-manager" {
 		if o.Volume == "" {
@@ -240,4 +251,8 @@ func parsePeers(s string) (map[string]string, error) {
 		out[node] = addr
 	}
 	return out, nil
+}
+
+func (o *Options) leaseConfig() liveness.Config {
+	return liveness.Config{Renew: o.LeaseRenew, Duration: o.LeaseDuration, Margin: o.LeaseMargin}
 }

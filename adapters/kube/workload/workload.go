@@ -50,6 +50,10 @@ const (
 	ProbePort = 9808
 )
 
+// FencedTaint is the taint of a node whose primaries were taken over
+// (adapters/kube/lostnode), tolerated by replica pods.
+const FencedTaint = "ferry.zfs.csi.io/fenced"
+
 // Template is what every replica pod shares, from the deployment's
 // configuration (deploy/replica-template.yaml, a ConfigMap the daemon
 // reads with --replica-template).
@@ -316,6 +320,9 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 					ServiceAccountName:            a.tpl.ServiceAccount,
 					PriorityClassName:             a.tpl.PriorityClass,
 					TerminationGracePeriodSeconds: &grace,
+					// A copy resyncs on a node tainted fenced (after a
+					// takeover) before the taint goes.
+					Tolerations: []corev1.Toleration{{Key: FencedTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Affinity: &corev1.Affinity{
 						NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
