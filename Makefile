@@ -131,7 +131,13 @@ test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real 
 K8S_TESTS := ^Test(AReplicatedClaim|Draining|RestartingTheDaemon|AStatefulSetPodMoves|ADeploymentWithRecreate|TwoPodsWanting)
 CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 30m -v $(1) ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
-	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)')
+	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)|$(NODE_LOSS_TESTS)')
+
+# Node loss (tests/cluster/node.sh kills or cuts off the primary's node):
+# prints "failover node-loss: N.N s" and "lost writes: N".
+NODE_LOSS_TESTS := ^TestNodeLoss
+e2e-node-loss: ## on the running local cluster: the primary's node killed, then cut off; the pod runs with its data on the other copy's node (failover node-loss: N.N s, lost writes: N), the node returns and rejoins
+	$(call CLUSTER_GOTEST,-run '$(NODE_LOSS_TESTS)')
 
 test-k8s: ## replicated volumes on the running local cluster: ReplicatedVolume, ReplicaSet, budget, copies by checksum, scaling, drains (prints rebuild: MB/s), pods moving with their data (StatefulSet, Deployment, drain of the primary), deletion leaving nothing
 	$(call CLUSTER_GOTEST,-run '$(K8S_TESTS)')

@@ -84,9 +84,12 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		return err
 	}
 	self, _ := st.Replica(n.cfg.Node)
-	// Already the writer (another pod on this node, or a retried publish):
-	// nothing was received since, so nothing is remounted under a pod.
-	wasPrimary := self.Active && st.Primary == n.cfg.Node
+	// Already the writer for another pod on this node: nothing was
+	// received since, so nothing is remounted under that pod. Active here
+	// without such a pod (a survivor's takeover after a node loss, a
+	// retried publish) is remounted: a takeover's copy was received into
+	// while it was a secondary.
+	wasPrimary := self.Active && st.Primary == n.cfg.Node && n.otherTargets(ctx, id)
 	if err := n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, true); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {
 			return fmt.Errorf("the volume manager of volume %s on %s is not running yet: %w", id, n.cfg.Node, ports.ErrNotPrimary)
@@ -190,4 +193,25 @@ func (n *Node) resize(ctx context.Context, id volume.ID) error {
 		return err
 	}
 	return n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, ws.Outside), 0)
+}
+
+// otherTargets reports whether the volume's filesystem is mounted on this
+// node anywhere but at its own mountpoint (another pod's target); false
+// when that cannot be read (the remount then decides: it refuses while a
+// target exists).
+func (n *Node) otherTargets(ctx context.Context, id volume.ID) bool {
+	info, err := n.store.GetVolume(ctx, id)
+	if err != nil {
+		return false
+	}
+	points, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return false
+	}
+	for _, p := range points {
+		if p != info.MountPath {
+			return true
+		}
+	}
+	return false
 }

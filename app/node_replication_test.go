@@ -168,13 +168,39 @@ func TestAnUnfinishedReleaseFailsTheUnpublish(t *testing.T) {
 	}
 }
 
+// A survivor took the volume over after its node was lost: the replica
+// here is already the active primary when the pod's publish comes, but it
+// was received into as a secondary, so it is remounted before the mount
+// (no other pod here uses it).
+func TestAPublishAfterATakeoverRemountsAlthoughTheReplicaIsAlreadyActive(t *testing.T) {
+	r := newReplNode(t)
+	if _, err := r.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
+	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
+	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil)
+	r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil)
+	r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil)
+	r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), gomock.Any(), time.Duration(0)).Return(nil)
+	gomock.InOrder(
+		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
+		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
+		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
+	)
+	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A remount refused after the promotion (another pod's read-only mount)
 // is tried again by the retried publish, although the replica is the
 // primary by then: nothing is mounted read/write over stale pages.
 func TestAPublishWhoseRemountFailedRemountsOnItsRetry(t *testing.T) {
 	r := newReplNode(t)
-	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(3)
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil).Times(2)
+	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil) // the retry: no other pod's target
 	r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil).Times(2)
 	r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil).Times(2)
 	r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), gomock.Any(), time.Duration(0)).Return(nil).Times(2)

@@ -42,28 +42,9 @@ for n in $(node_names); do stop "containerd-$n"; done
 # (its command line has -address <our socket>), or a process whose cgroup is
 # one of our runtimes' tasks (containerd names it /k8s.io/<id>, and <id> has
 # a task dir in that runtime's state dir). Not just any command line naming
-# the state dir: someone's `tail -f` of a log is not ours. Found by pid,
-# killed by pid. Pure bash (no grep in a pipeline).
-ours() {
-  local p args line d
-  local -A ids=()
-  for d in "$NODES_DIR"/*/containerd/state/io.containerd.runtime.v2.task/*/*; do
-    [ -d "$d" ] && ids["${d##*/}"]=1
-  done
-  for p in /proc/[0-9]*; do
-    p="${p#/proc/}"
-    [ "$p" = "$$" ] && continue
-    mapfile -d "" args 2>/dev/null <"/proc/$p/cmdline" || continue
-    if [[ "${args[*]}" == *"-address $NODES_DIR/"* ]]; then
-      echo "$p"
-      continue
-    fi
-    read -r line 2>/dev/null <"/proc/$p/cgroup" || continue
-    line="${line##*/}"
-    [ -n "$line" ] && [ -n "${ids[$line]:-}" ] && echo "$p"
-  done
-}
-left="$(ours)"
+# the state dir: someone's `tail -f` of a log is not ours (lib.sh's
+# runtime_procs). Killed by pid.
+left="$(runtime_procs "$NODES_DIR"/*)"
 if [ -n "$left" ]; then
   log "killing leftover processes: $(echo $left)"
   # shellcheck disable=SC2086

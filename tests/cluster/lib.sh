@@ -96,6 +96,54 @@ start_in_node() {
   start "$name" nsenter "--net=/run/netns/$node" "$@"
 }
 
+# start_containerd NODE, start_kubelet NODE: the node's runtime and kubelet
+# in its network namespace, configured by up.sh (also used by node.sh to
+# bring a killed node back).
+start_containerd() {
+  local d
+  d="$(node_dir "$1")"
+  start_in_node "$1" "containerd-$1" containerd --config "$d/containerd/config.toml" --address "$(node_sock "$1")"
+}
+start_kubelet() {
+  local d
+  d="$(node_dir "$1")"
+  start_in_node "$1" "kubelet-$1" "$BIN/kubelet" \
+    --config "$d/kubelet-config.yaml" \
+    --kubeconfig "$d/kubelet.kubeconfig" \
+    --hostname-override "$1" \
+    --node-ip "$(node_ip "$1")" \
+    --root-dir "$d/kubelet"
+}
+
+# runtime_procs NODE_DIR...: the pids of the processes of those nodes'
+# runtimes: a shim of one of them (its command line has -address
+# <its socket>), or a process whose cgroup is one of their tasks (containerd
+# names it /k8s.io/<id>, and <id> has a task dir in that runtime's state
+# dir). Pure bash (no grep in a pipeline).
+runtime_procs() {
+  local p args line d nd
+  local -A ids=()
+  for nd in "$@"; do
+    for d in "$nd"/containerd/state/io.containerd.runtime.v2.task/*/*; do
+      [ -d "$d" ] && ids["${d##*/}"]=1
+    done
+  done
+  for p in /proc/[0-9]*; do
+    p="${p#/proc/}"
+    [ "$p" = "$$" ] && continue
+    mapfile -d "" args 2>/dev/null <"/proc/$p/cmdline" || continue
+    for nd in "$@"; do
+      if [[ "${args[*]}" == *"-address $nd/containerd/containerd.sock"* ]]; then
+        echo "$p"
+        continue 2
+      fi
+    done
+    read -r line 2>/dev/null <"/proc/$p/cgroup" || continue
+    line="${line##*/}"
+    [ -n "$line" ] && [ -n "${ids[$line]:-}" ] && echo "$p"
+  done
+}
+
 # alive PID: the process exists and is not a zombie (ours are reparented to
 # pid 1, which may reap them a while later).
 alive() {

@@ -173,7 +173,7 @@ for n in $(node_names); do
   ]
 }
 EOF
-  start_in_node "$n" "containerd-$n" containerd --config "$d/containerd/config.toml" --address "$(node_sock "$n")"
+  start_containerd "$n"
 done
 for n in $(node_names); do
   wait_for "containerd of $n" 60 "containerd-$n" ctr --address "$(node_sock "$n")" version
@@ -297,12 +297,7 @@ evictionHard:
 imageGCHighThresholdPercent: 98
 imageGCLowThresholdPercent: 97
 EOF
-  start_in_node "$n" "kubelet-$n" "$BIN/kubelet" \
-    --config "$d/kubelet-config.yaml" \
-    --kubeconfig "$d/kubelet.kubeconfig" \
-    --hostname-override "$n" \
-    --node-ip "$(node_ip "$n")" \
-    --root-dir "$d/kubelet"
+  start_kubelet "$n"
 done
 for n in $(node_names); do
   wait_for "node $n registered" 120 "kubelet-$n" kubectl get node "$n"

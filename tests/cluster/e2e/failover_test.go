@@ -1,0 +1,208 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writerSetYAML is a StatefulSet of one pod appending a sequence number to
+// /data/log every 50 ms through one descriptor it keeps open; a new pod
+// resumes after the last number its copy holds and records where it
+// resumed in /data/resumed.
+func writerSetYAML(name string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: %[1]s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %[1]s}}
+  serviceName: %[1]s
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: ferry-test:dev
+        imagePullPolicy: Never
+        command:
+        - sh
+        - -c
+        - |
+          n=$(tail -n 1 /data/log 2>/dev/null); n=${n:-0}
+          echo "$n" >> /data/resumed
+          exec 3>>/data/log
+          while :; do n=$((n+1)); echo $n >&3; sleep 0.05; done
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: ferry-rf2
+      resources: {requests: {storage: 64Mi}}
+`, name)
+}
+
+// nodeFault runs tests/cluster/node.sh.
+func nodeFault(t *testing.T, action, node string) {
+	t.Helper()
+	out, err := exec.Command("../node.sh", action, node).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node.sh %s %s: %v\n%s", action, node, err, out)
+	}
+}
+
+// hostLast is the last number in node's copy of the log, read on the host
+// (zfs-fuse serves every node's pool, a lost node's too).
+func hostLast(t *testing.T, node, vol string) int {
+	out, err := exec.Command("sh", "-c", fmt.Sprintf("tail -n 1 $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/log", node, vol)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the log on %s: %v: %s", node, err, out)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("the log on %s ends with %q", node, out)
+	}
+	return n
+}
+
+// readyPodElsewhere polls every 100 ms until a Ready pod with label app
+// runs on a node other than not, and returns it.
+func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration, each func()) (string, string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		out, _ := kubectl(t, "", "-n", ns, "get", "pods", "-l", "app="+app, "-o",
+			`jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.metadata.deletionTimestamp} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 4 && f[1] != not && f[2] == "Running" && f[3] == "True" {
+				return f[0], f[1]
+			}
+		}
+		each()
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready pod of %s off %s after %s; last seen:\n%s", app, not, timeout, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// nodeLoss is the node-loss e2e: a pod appends to a replicated claim; the
+// primary's node is killed (kill: power loss) or cut off (cut: it runs on,
+// reaching nobody, and fences itself); the pod must run with its data on
+// the other copy's node within the goal, with never two active primaries,
+// at most about one snapshot interval of writes lost, and the node, back,
+// rejoins as a ready secondary. It prints the figures the README records.
+func nodeLoss(t *testing.T, fault string) {
+	ns := namespace(t)
+	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
+	pod, first := podOf(t, ns, "w", 120*time.Second)
+	vol := volumeOf(t, ns, "data-w-0")
+	waitReady(t, vol)
+	// Two more snapshots of the writes reach the secondary.
+	base := primarySnapshot(t, vol, first)
+	eventually(t, "two more snapshots replicated", 60*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range rv.Status.Replicas {
+			if r.Node != first && r.Snapshot >= base+2 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", rv.Status)
+	})
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			nodeFault(t, "restore", first)
+		}
+	})
+
+	start := time.Now()
+	nodeFault(t, fault, first)
+	maxActive := 0
+	pod, second := readyPodElsewhere(t, ns, "w", first, 60*time.Second, func() {
+		if rv, err := getRV(t, vol); err == nil && activeCount(rv) > maxActive {
+			maxActive = activeCount(rv)
+		}
+	})
+	took := time.Since(start)
+	resumedAt, err := kubectl(t, "", "-n", ns, "exec", pod, "--", "tail", "-n", "1", "/data/resumed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := strconv.Atoi(strings.TrimSpace(resumedAt))
+	if err != nil || resumed == 0 {
+		t.Fatalf("the new pod resumed at %q (%v): its copy holds none of the log", resumedAt, err)
+	}
+	// The old copy holds every number the old pod wrote: after a kill
+	// nothing writes it any more; after a cut the fence stopped the writer.
+	lastOld := hostLast(t, first, vol)
+	if fault == "cut" {
+		eventually(t, "the fenced node's copy stops growing", 10*time.Second, func() (bool, string) {
+			a := hostLast(t, first, vol)
+			time.Sleep(500 * time.Millisecond)
+			b := hostLast(t, first, vol)
+			lastOld = b
+			return a == b, fmt.Sprintf("%d then %d: a writer still runs on %s", a, b, first)
+		})
+	}
+	lost := max(lastOld-resumed, 0)
+	fmt.Printf("failover node-loss (%s, %s to %s): %.1f s\n", fault, first, second, took.Seconds())
+	fmt.Printf("failover node-loss: %.1f s\n", took.Seconds())
+	fmt.Printf("lost writes: %d (%.1f s of writes at 20/s; snapshot interval 2 s)\n", lost, float64(lost)/20)
+	if rv, err := getRV(t, vol); err == nil && activeCount(rv) > maxActive {
+		maxActive = activeCount(rv)
+	}
+	if maxActive > 1 {
+		t.Fatalf("%d active primaries seen at once", maxActive)
+	}
+	// At most one snapshot interval (2 s) plus the transfer in flight.
+	if lost > 3*20 {
+		t.Errorf("%d writes lost, more than one snapshot interval and its transfer", lost)
+	}
+	if goal := 10 * time.Second; took > goal && os.Getenv("FERRY_E2E_LAX") == "" {
+		t.Errorf("failover took %s, the goal is %s", took.Round(100*time.Millisecond), goal)
+	}
+	rv, err := getRV(t, vol)
+	if err != nil || rv.Status.Primary != second {
+		t.Fatalf("after the failover the primary is %q, want %s: %+v %v", rv.Status.Primary, second, rv.Status, err)
+	}
+
+	// The node returns: it rejoins as a ready secondary of the new epoch,
+	// its taint goes, and the pod keeps writing where it runs.
+	nodeFault(t, "restore", first)
+	restored = true
+	eventually(t, "the returned node's copy ready again", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range rv.Status.Replicas {
+			if r.Node == first {
+				return r.Ready && !r.Active && rv.Status.Primary == second, fmt.Sprintf("%+v", rv.Status)
+			}
+		}
+		return false, fmt.Sprintf("%+v", rv.Status)
+	})
+	eventually(t, "the fenced taint lifted", 60*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}")
+		return !strings.Contains(out, "ferry.zfs.csi.io/fenced"), out
+	})
+	if n := hostLast(t, first, vol); n < resumed {
+		t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
+	}
+}
+
+func TestNodeLossKilledPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "kill") }
+func TestNodeLossCutOffPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "cut") }
