@@ -195,7 +195,10 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for id, n := range owed {
-		// The label first: a pod recreated at once must not land on n.
+		// The label and the taint before the pods go: a pod recreated at
+		// once must not land on n again (the volume's PersistentVolume
+		// keeps the node it was provisioned on as a term of its node
+		// affinity, so only the taint keeps the scheduler off that node).
 		err := s.effects.Unplace(ctx, n, id)
 		if err == nil {
 			err = s.effects.Taint(ctx, n, true)

@@ -76,7 +76,7 @@ func (e *Effects) Taint(ctx context.Context, node replica.Node, on bool) error {
 		if err != nil {
 			return fmt.Errorf("read node %s: %w", node, err)
 		}
-		var taints []corev1.Taint
+		taints := []corev1.Taint{}
 		has := false
 		for _, t := range n.Spec.Taints {
 			if t.Key == TaintKey {
@@ -92,12 +92,20 @@ func (e *Effects) Taint(ctx context.Context, node replica.Node, on bool) error {
 			now := metav1.Now()
 			taints = append(taints, corev1.Taint{Key: TaintKey, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
 		}
-		n.Spec.Taints = taints
-		_, err = e.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "ferry-daemon"})
+		// A JSON patch testing the resourceVersion: a compare-and-swap of
+		// the taints with nothing but patch rights on nodes.
+		body, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": n.ResourceVersion},
+			{"op": "add", "path": "/spec/taints", "value": taints},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = e.client.CoreV1().Nodes().Patch(ctx, string(node), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: "ferry-daemon"})
 		if err == nil {
 			return nil
 		}
-		if !apierrors.IsConflict(err) || attempt >= 5 {
+		if !(apierrors.IsConflict(err) || apierrors.IsInvalid(err)) || attempt >= 5 {
 			return fmt.Errorf("taint node %s (%v): %w", node, on, err)
 		}
 	}

@@ -56,7 +56,7 @@ func TestOnlyTheLostNodesOwnedPodsOfTheVolumeAreForceDeleted(t *testing.T) {
 }
 
 func TestTheTaintIsSetAndLiftedKeepingOtherTaintsAndThePlacementLabelGoes(t *testing.T) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", Labels: map[string]string{"replica.ferry.zfs.csi.io/pvc-1": "ready", "keep": "x"}},
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", ResourceVersion: "1", Labels: map[string]string{"replica.ferry.zfs.csi.io/pvc-1": "ready", "keep": "x"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoExecute}}}}
 	client := fake.NewClientset(node)
 	e := New(client, "ferry.zfs.csi.io")
