@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -47,4 +48,13 @@ type FailoverEffects interface {
 	// owned by a controller, which recreates them elsewhere; a pod nobody
 	// owns is left alone. It returns the pods deleted, as namespace/name.
 	EvictPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error)
+}
+
+// PromiseAsker asks another node, over the peer channel, not to take this
+// node's volumes over for a while: what lets a primary write on through an
+// API server outage (domain/liveness).
+type PromiseAsker interface {
+	// Promise answers whether node promised asker, and for how long from
+	// when the request was sent. An error when node could not be asked.
+	Promise(ctx context.Context, node, asker replica.Node) (bool, time.Duration, error)
 }

@@ -253,3 +253,20 @@ func (r *fetchReader) Close() error {
 	r.release()
 	return nil
 }
+
+// Promise asks the peer on node not to take asker's volumes over: granted,
+// for span from when the request was sent (measured by the caller).
+func (c *Client) Promise(ctx context.Context, node, asker replica.Node) (bool, time.Duration, error) {
+	cc, err := c.conn(node)
+	if err != nil {
+		return false, 0, err
+	}
+	var resp PromiseResponse
+	if err := cc.Invoke(ctx, methodPromise, &PromiseRequest{Node: string(asker)}, &resp); err != nil {
+		return false, 0, fromStatus(node, err)
+	}
+	if !resp.Granted || resp.Span <= 0 {
+		return false, 0, nil
+	}
+	return true, time.Duration(resp.Span), nil
+}

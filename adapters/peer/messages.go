@@ -29,10 +29,26 @@ type SendRequest struct {
 	ResumeToken string `json:"resumeToken,omitempty"`
 }
 
+// PromiseRequest asks the peer not to take the asking node's volumes
+// over for a while (domain/liveness): sent by a node that cannot renew its
+// lease, so that an API server outage alone does not stop its writes.
+type PromiseRequest struct {
+	Node string `json:"node"` // the asking node
+}
+
+// PromiseResponse is the peer's answer: granted for Span (nanoseconds,
+// measured by the asker from when it sent the request), or refused.
+type PromiseResponse struct {
+	Granted bool   `json:"granted"`
+	Span    int64  `json:"span,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
 const (
 	serviceName     = "ferry.peer.v1.Peer"
 	methodSnapshots = "/" + serviceName + "/Snapshots"
 	methodSend      = "/" + serviceName + "/Send"
+	methodPromise   = "/" + serviceName + "/Promise"
 )
 
 // ChunkSize is the most bytes one stream message carries. Large pieces

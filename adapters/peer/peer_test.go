@@ -35,6 +35,7 @@ type env struct {
 	logs     *observer.ObservedLogs
 	ca       *pki.CA
 	addr     string
+	srv      *peer.Server
 }
 
 // start serves store on 127.0.0.1 with mutual TLS and returns a client
@@ -68,7 +69,7 @@ func startB(t testing.TB, store ports.SnapshotStore) *env {
 	addr := l.Addr().String()
 	client := peer.NewClient(func(replica.Node) (string, error) { return addr, nil }, ccreds)
 	t.Cleanup(func() { _ = client.Close() })
-	return &env{client: client, logs: logs, ca: ca, addr: addr}
+	return &env{client: client, logs: logs, ca: ca, addr: addr, srv: srv}
 }
 
 func withVolume(t *testing.T, content []byte) *memstore.Store {
@@ -245,5 +246,32 @@ func TestClosingAFetchStopsTheSendersStream(t *testing.T) {
 			t.Fatal("the sender's stream (its zfs send) was not closed after the receiver went away")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A node that cannot renew its lease asks its peers for promises over
+// mutual TLS: the server answers with its observer's word, refuses a name
+// that is no node's, and promises nothing without an observer.
+func TestAPromiseIsAskedOverThePeerChannel(t *testing.T) {
+	e := start(t, withVolume(t, []byte("x")))
+	if ok, _, err := e.client.Promise(ctx, "node-a", "node-b"); ok || err != nil {
+		t.Fatalf("without an observer: %v %v, want refused", ok, err)
+	}
+	var asked []replica.Node
+	e.srv.SetPromiser(func(n replica.Node) (bool, time.Duration) {
+		asked = append(asked, n)
+		return n == "node-b", 4 * time.Second
+	})
+	if ok, span, err := e.client.Promise(ctx, "node-a", "node-b"); !ok || span != 4*time.Second || err != nil {
+		t.Fatalf("promise: %v %s %v", ok, span, err)
+	}
+	if ok, _, err := e.client.Promise(ctx, "node-a", "node-c"); ok || err != nil {
+		t.Fatalf("refused promise: %v %v", ok, err)
+	}
+	if _, _, err := e.client.Promise(ctx, "node-a", "../../etc"); !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("a hostile name: %v, want ErrInvalid", err)
+	}
+	if len(asked) != 2 {
+		t.Fatalf("the observer was asked for %v", asked)
 	}
 }

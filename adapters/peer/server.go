@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,11 +30,23 @@ type Server struct {
 	store ports.SnapshotStore
 	log   *zap.Logger
 	grpc  *grpc.Server
+
+	mu       sync.Mutex
+	promiser func(replica.Node) (bool, time.Duration)
+}
+
+// SetPromiser makes the server answer promise requests with p (the
+// daemon's failover Survivor); without one every request is refused.
+func (s *Server) SetPromiser(p func(replica.Node) (bool, time.Duration)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.promiser = p
 }
 
 // handler is the service's handler type, as grpc.RegisterService wants one.
 type handler interface {
 	snapshots(ctx context.Context, req *SnapshotsRequest) (*SnapshotsResponse, error)
+	promise(ctx context.Context, req *PromiseRequest) (*PromiseResponse, error)
 	send(req *SendRequest, stream grpc.ServerStream) error
 }
 
@@ -47,6 +61,15 @@ var serviceDesc = grpc.ServiceDesc{
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
 			return srv.(handler).snapshots(ctx, &req)
+		},
+	}, {
+		MethodName: "Promise",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req PromiseRequest
+			if err := dec(&req); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return srv.(handler).promise(ctx, &req)
 		},
 	}},
 	Streams: []grpc.StreamDesc{{
@@ -108,6 +131,26 @@ func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*Snapsho
 		resp.Snapshots = append(resp.Snapshots, Snapshot{Name: sn.Name, GUID: sn.GUID, CreateTxg: sn.CreateTxg, SizeBytes: sn.SizeBytes, Metadata: sn.Metadata})
 	}
 	return resp, nil
+}
+
+// promise answers a node asking not to be taken over: only for a valid
+// node name, and only by a server that observes leases.
+func (s *Server) promise(ctx context.Context, req *PromiseRequest) (*PromiseResponse, error) {
+	node := replica.Node(req.Node)
+	if !nodeName.MatchString(req.Node) || len(req.Node) > 253 {
+		return nil, s.refuse(ctx, codes.InvalidArgument, fmt.Errorf("%q is not a node name", truncate(req.Node)), zap.String("node", truncate(req.Node)))
+	}
+	s.mu.Lock()
+	p := s.promiser
+	s.mu.Unlock()
+	if p == nil {
+		return &PromiseResponse{Reason: "this node observes no leases"}, nil
+	}
+	ok, span := p(node)
+	if !ok {
+		return &PromiseResponse{Reason: "not promised"}, nil
+	}
+	return &PromiseResponse{Granted: true, Span: int64(span)}, nil
 }
 
 func (s *Server) storeError(ctx context.Context, err error, fields ...zap.Field) error {
@@ -224,6 +267,9 @@ func identity(ctx context.Context) string {
 	}
 	return p.Addr.String()
 }
+
+// nodeName is a Kubernetes node name (a DNS subdomain).
+var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 func truncate(s string) string {
 	if len(s) > 64 {

@@ -220,3 +220,56 @@ func TestASurvivorThatCouldNotReadTakesNobodyForLostUntilAFullDurationAfter(t *t
 		t.Fatalf("taken over right after the outage: %+v", st)
 	}
 }
+
+type askerFunc func(node, asker replica.Node) (bool, time.Duration, error)
+
+func (f askerFunc) Promise(_ context.Context, node, asker replica.Node) (bool, time.Duration, error) {
+	return f(node, asker)
+}
+
+// The API server is away: the renewals fail, the guard asks the node that
+// could take over, which promises; the primary is not fenced past its
+// lease while the promises run, and is once they stop coming.
+func TestTheGuardAsksTheTakersForPromisesWhenARenewalFails(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("apiserver away")).AnyTimes()
+	store := mocks.NewMockSnapshotStore(ctrl)
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	granting := true
+	var asked []replica.Node
+	g.AskPromises(askerFunc(func(node, asker replica.Node) (bool, time.Duration, error) {
+		if asker != "a" {
+			t.Fatalf("asked on behalf of %s", asker)
+		}
+		asked = append(asked, node)
+		return granting, 4500 * time.Millisecond, nil
+	}))
+	ctx := context.Background()
+	for at := time.Duration(0); at <= 20*time.Second; at += time.Second {
+		clock.set(at)
+		_ = g.RenewOnce(ctx)
+		g.AskPromisesOnce(ctx)
+		g.Check(ctx) // the mocks expect no fence
+	}
+	if len(asked) != 21 || asked[0] != "b" {
+		t.Fatalf("asked %v", asked)
+	}
+	granting = false
+	clock.set(21 * time.Second)
+	g.AskPromisesOnce(ctx)
+	g.Check(ctx) // the last promise, from 20 s, runs until 24.5 s
+	clock.set(24500 * time.Millisecond)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil)
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep"}, nil)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep"}, "/p/rep").Return(nil, nil)
+	g.Check(ctx)
+	if g.Fenced("rep") == "" {
+		t.Fatal("not fenced once the promises ran out")
+	}
+}

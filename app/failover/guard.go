@@ -31,6 +31,7 @@ type Guard struct {
 	fencer  ports.Fencer
 	events  ports.EventRecorder
 	log     *zap.Logger
+	asker   ports.PromiseAsker
 
 	mu         sync.Mutex
 	leaseUntil time.Duration
@@ -44,6 +45,10 @@ func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, store: store, mounts: mounts, fencer: fencer,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}}
 }
+
+// AskPromises lets the guard ask, when a renewal fails, every node that
+// could take a volume here over for its promise not to (nil: never).
+func (g *Guard) AskPromises(a ports.PromiseAsker) { g.asker = a }
 
 // Run renews the lease every Renew and fences when the node may no longer
 // write, until ctx ends. Renewals run apart from the checks, so a renewal
@@ -73,6 +78,7 @@ func (g *Guard) renewals(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			g.AskPromisesOnce(ctx)
 			if !failing {
 				g.log.Warn("node lease not renewed", zap.Error(err))
 			}
@@ -93,7 +99,9 @@ func (g *Guard) renewals(ctx context.Context) {
 // Duration - Margin after it was sent.
 func (g *Guard) RenewOnce(ctx context.Context) error {
 	sent := g.clock()
-	rctx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Duration-g.cfg.Lease.Margin)
+	// A renewal that takes longer than the period counts as failed: the
+	// promises are asked for while the lease still runs.
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Renew)
 	defer cancel()
 	if err := g.lease.Renew(rctx); err != nil {
 		return err
@@ -108,6 +116,43 @@ func (g *Guard) RenewOnce(ctx context.Context) error {
 	default:
 	}
 	return nil
+}
+
+// AskPromisesOnce asks every node that could take one of the volumes
+// whose primary is here over for its promise, all at once, each answer
+// bounded by a renewal period; a promise granted runs from the request's
+// send time on this node's clock.
+func (g *Guard) AskPromisesOnce(ctx context.Context) {
+	if g.asker == nil {
+		return
+	}
+	takers := map[replica.Node]bool{}
+	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
+		for _, t := range liveness.TakersOf(st, g.cfg.Node) {
+			takers[t] = true
+		}
+	}
+	var wg sync.WaitGroup
+	for t := range takers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Renew)
+			defer cancel()
+			sent := g.clock()
+			ok, span, err := g.asker.Promise(actx, t, g.cfg.Node)
+			if err != nil || !ok {
+				g.log.Debug("no promise", zap.String("from", string(t)), zap.Error(err))
+				return
+			}
+			g.Promised(liveness.Promise{From: t, Until: sent + span})
+		}()
+	}
+	wg.Wait()
+	select {
+	case g.renewed <- struct{}{}:
+	default:
+	}
 }
 
 // Promised records promises received (from the peer channel): while every

@@ -32,7 +32,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -68,6 +68,15 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 		guard = failover.NewGuard(fcfg, clock, pub, vols, store, mounts, fencer, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, store,
 			lostnode.New(kube, o.DriverName), events, log.Named("survivor"))
+		relay.set(survivor.Promise)
+		// Promises are asked for at the peer addresses the leases last
+		// published: they matter when the API server cannot be read.
+		asker, err := promiseClient(o, survivor.PeerAddress)
+		if err != nil {
+			return err
+		}
+		guard.AskPromises(asker)
+		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 4)

@@ -122,6 +122,7 @@ func identity(o *Options, store ports.SnapshotStore) *csi.Identity {
 }
 
 func daemonApp(o *Options) fx.Option {
+	relay := &promiseRelay{}
 	return fx.Options(
 		base(o, "daemon"),
 		storeModule(o),
@@ -159,10 +160,14 @@ func daemonApp(o *Options) fx.Option {
 			// After the CSI server: the kubelet calls NodeGetInfo at once.
 			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o, log) },
 			// One peer service per node can serve every volume of the pool.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
+			// It also answers other nodes' requests for promises, with what
+			// this node's failover Survivor observes (relay).
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
+				return peerServer(lc, o, s, relay, log)
+			},
 			// With Kubernetes: the node's Lease and placement labels.
 			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) error {
-				return daemonKube(lc, o, s, mt, newFencer(), events, log)
+				return daemonKube(lc, o, s, mt, newFencer(), relay, events, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
 			func(uc *app.Node, events ports.EventRecorder) error { return nodeReplication(o, uc, events) },
@@ -205,7 +210,9 @@ func volumeManagerApp(o *Options) fx.Option {
 			},
 		),
 		fx.Invoke(
-			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error { return peerServer(lc, o, s, log) },
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
+				return peerServer(lc, o, s, nil, log)
+			},
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/fx"
@@ -33,7 +34,7 @@ func (o *Options) tlsFiles() peer.TLSFiles {
 
 // peerServer serves this node's snapshots to its peers when --peer-listen
 // is set: mutual TLS unless --insecure-peer.
-func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap.Logger) error {
+func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, relay *promiseRelay, log *zap.Logger) error {
 	if o.PeerListen == "" {
 		return nil
 	}
@@ -48,6 +49,9 @@ func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, log *zap
 		log.Warn("peer service without TLS (--insecure-peer): any process that reaches the port can read volumes")
 	}
 	srv := peer.NewServer(store, creds, log.Named("peer"))
+	if relay != nil {
+		srv.SetPromiser(relay.Promise)
+	}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			l, err := net.Listen("tcp", o.PeerListen)
@@ -252,4 +256,49 @@ func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 			return err
 		},
 	})
+}
+
+// promiseRelay hands the peer server's promise requests to the daemon's
+// failover Survivor, made later by daemonKube.
+type promiseRelay struct {
+	mu sync.Mutex
+	fn func(replica.Node) (bool, time.Duration)
+}
+
+func (r *promiseRelay) set(fn func(replica.Node) (bool, time.Duration)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fn = fn
+}
+
+// Promise answers with the Survivor's word; nothing is promised before it
+// runs.
+func (r *promiseRelay) Promise(n replica.Node) (bool, time.Duration) {
+	r.mu.Lock()
+	fn := r.fn
+	r.mu.Unlock()
+	if fn == nil {
+		return false, 0
+	}
+	return fn(n)
+}
+
+// promiseClient is the daemon's peer client for promises, resolving
+// nodes with addr.
+func promiseClient(o *Options, addr func(replica.Node) (string, bool)) (*peer.Client, error) {
+	var creds credentials.TransportCredentials
+	if !o.InsecurePeer {
+		c, err := peer.ClientTLS(o.tlsFiles())
+		if err != nil {
+			return nil, err
+		}
+		creds = c
+	}
+	return peer.NewClient(func(n replica.Node) (string, error) {
+		a, ok := addr(n)
+		if !ok {
+			return "", fmt.Errorf("no peer address known for node %s", n)
+		}
+		return a, nil
+	}, creds), nil
 }
