@@ -1,17 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
-
+	"github.com/ferry-csi/ferry/adapters/fence"
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// newFencer is the daemon's ports.Fencer.
-func newFencer() ports.Fencer { return noFencer{} }
-
-type noFencer struct{}
-
-func (noFencer) Fence(context.Context, []string, string) ([]ports.StoppedProcess, error) {
-	return nil, errors.New("no fencer in this build")
-}
+// newFencer is the daemon's ports.Fencer: writers found in /proc (the
+// daemon runs with the host's pid namespace) and killed, then the pods'
+// mounts removed.
+func newFencer() ports.Fencer { return fence.New() }

@@ -206,3 +206,64 @@ func nodeLoss(t *testing.T, fault string) {
 
 func TestNodeLossKilledPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "kill") }
 func TestNodeLossCutOffPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "cut") }
+
+// apiserverSignal sends sig to the cluster's API server (its pid file is
+// the cluster tooling's).
+func apiserverSignal(t *testing.T, sig string) {
+	t.Helper()
+	b, err := os.ReadFile("/var/lib/ferry-e2e/run/kube-apiserver.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("kill", "-"+sig, strings.TrimSpace(string(b))).CombinedOutput(); err != nil {
+		t.Fatalf("kill -%s apiserver: %v %s", sig, err, out)
+	}
+}
+
+// The API server stops answering for a minute (a control-plane upgrade,
+// here a SIGSTOP: every request hangs): no node can renew its lease, yet
+// the primary keeps writing on its peers' promises, nobody takes over,
+// nothing is fenced.
+func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
+	ns := namespace(t)
+	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
+	pod, first := podOf(t, ns, "w", 120*time.Second)
+	vol := volumeOf(t, ns, "data-w-0")
+	waitReady(t, vol)
+	stopped := true
+	apiserverSignal(t, "STOP")
+	t.Cleanup(func() {
+		if stopped {
+			apiserverSignal(t, "CONT")
+		}
+	})
+	// The writer must never stall for longer than the lease duration.
+	last, lastAt := hostLast(t, first, vol), time.Now()
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); {
+		time.Sleep(time.Second)
+		n := hostLast(t, first, vol)
+		if n > last {
+			last, lastAt = n, time.Now()
+		} else if time.Since(lastAt) > 5*time.Second {
+			t.Fatalf("the writer on %s stopped at %d during the outage: fenced", first, n)
+		}
+	}
+	apiserverSignal(t, "CONT")
+	stopped = false
+	// Well past duration + margin after the server is back.
+	time.Sleep(10 * time.Second)
+	after, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status.Primary != first || activeCount(after) != 1 || hostLast(t, first, vol) <= last {
+		t.Fatalf("after the outage: primary %s (was %s), %d active, writer at %d (was %d): %+v", after.Status.Primary, first, activeCount(after), hostLast(t, first, vol), last, after.Status)
+	}
+	if now, _ := kubectl(t, "", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"); strings.TrimSpace(now) != first {
+		t.Fatalf("the pod moved to %q", now)
+	}
+	if ev, _ := kubectl(t, "", "get", "events", "-A", "--field-selector", "involvedObject.name="+vol, "-o", "jsonpath={.items[*].reason}"); strings.Contains(ev, "TookOver") || strings.Contains(ev, "Fenced") {
+		t.Fatalf("events after the outage: %s", ev)
+	}
+	fmt.Printf("apiserver outage: 60 s, writes went on (%s), no takeover, nothing fenced\n", first)
+}
