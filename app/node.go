@@ -168,7 +168,9 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 		if !mounted {
 			break
 		}
-		if source == "" || m.Source != source {
+		// A fence's placeholder (the node lost its lease) goes like the
+		// volume's own mount.
+		if m.Source != ports.FencedMountSource && (source == "" || m.Source != source) {
 			log.Warn("target holds a mount that is not this volume's: left alone", zap.String("source", m.Source))
 			return fmt.Errorf("target %s holds %s, not volume %s; it is left alone: %w", target.Path(), m.Source, id, ErrPrecondition)
 		}

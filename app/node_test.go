@@ -113,6 +113,22 @@ func TestUnpublishUnmountsEveryStackedMountOfTheVolumeThenRemovesTheDirectory(t 
 	}
 }
 
+// A fence (the node lost its lease) left its read-only placeholder at the
+// target: the kubelet's unpublish removes it like the volume's own mount.
+func TestUnpublishRemovesAFencesPlaceholder(t *testing.T) {
+	n, store, mnt := newNode(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	gomock.InOrder(
+		mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: ports.FencedMountSource, ReadOnly: true}, true, nil),
+		mnt.EXPECT().Unmount(gomock.Any(), podTargetParts).Return(nil),
+		mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil),
+		mnt.EXPECT().RemoveDir(podTargetParts).Return(true, nil),
+	)
+	if err := n.Unpublish(ctx, "v", podTarget); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStatsOnlyForAPathWhereTheVolumeIsPublished(t *testing.T) {
 	n, store, mnt := newNode(t)
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(3)

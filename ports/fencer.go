@@ -13,9 +13,12 @@ type Fencer interface {
 	// of points (a volume's own mountpoint and its bind mounts, as the
 	// mount table lists them), scanning again until a scan finds none,
 	// then unmounts every point except keep (the volume's own
-	// mountpoint). It never stops its own process or pid 1. Nothing to
-	// stop and nothing mounted is success: Fence is idempotent. It
-	// returns the processes it stopped.
+	// mountpoint) and covers each with an empty read-only placeholder
+	// (source FencedMountSource): a container the kubelet restarts there
+	// finds nothing it can write, and the unpublish removes it. It never
+	// stops its own process or pid 1. Nothing to stop and nothing mounted
+	// is success: Fence is idempotent. It returns the processes it
+	// stopped.
 	Fence(ctx context.Context, points []string, keep string) ([]StoppedProcess, error)
 }
 
@@ -24,3 +27,7 @@ type StoppedProcess struct {
 	PID     int
 	Command string // its command name (/proc/PID/comm)
 }
+
+// FencedMountSource is the source of the placeholder a fence leaves at a
+// pod's target: NodeUnpublishVolume removes it like the volume's own mount.
+const FencedMountSource = "ferry-fenced"

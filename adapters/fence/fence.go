@@ -254,8 +254,14 @@ func (f *Fencer) unmount(ctx context.Context, p string, devs map[uint64]bool, st
 		switch {
 		case err == nil:
 			continue // a mount stacked below (the same target twice): again
-		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
-			return nil // not (any more) a mount point
+		case errors.Is(err, unix.EINVAL):
+			// Not (any more) a mount point: covered with the placeholder.
+			if err := unix.Mount(ports.FencedMountSource, p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555"); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("fence: cover %s: %w", p, err)
+			}
+			return nil
+		case errors.Is(err, unix.ENOENT):
+			return nil
 		case errors.Is(err, unix.EBUSY) && attempt < 10:
 			s, serr := f.stopAll(ctx, func(pid int) bool { return f.holds(pid, devs) })
 			*stopped = append(*stopped, s...)

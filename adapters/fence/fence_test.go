@@ -66,6 +66,22 @@ func gone(t *testing.T, what string, exited <-chan struct{}) {
 	}
 }
 
+// mountSource is the source of the topmost mount at p ("" if none).
+func mountSource(t *testing.T, p string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(l, " - ")
+		if f, g := strings.Fields(pre), strings.Fields(post); ok && len(f) > 4 && f[4] == p && len(g) > 1 {
+			src = g[1]
+		}
+	}
+	return src
+}
+
 func isMount(t *testing.T, p string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -99,7 +115,10 @@ func TestAFenceStopsEveryWriterOfTheVolumeAndRemovesThePodsMount(t *testing.T) {
 	if err := unix.Mount(mnt, target, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	t.Cleanup(func() {
+		for unix.Unmount(target, unix.MNT_DETACH) == nil {
+		}
+	})
 
 	held, heldExited := start(t, "sh", "-c", `exec 3>>"$1/held"; while :; do echo x >&3; sleep 0.02; done`, "sh", target)
 	cwd, cwdExited := start(t, "sh", "-c", `cd "$1" && exec sleep 1000`, "sh", target)
@@ -131,8 +150,11 @@ func TestAFenceStopsEveryWriterOfTheVolumeAndRemovesThePodsMount(t *testing.T) {
 		t.Fatal("a process on another filesystem was stopped")
 	default:
 	}
-	if isMount(t, target) || !isMount(t, mnt) {
-		t.Fatalf("after the fence: pod's mount %v (want gone), dataset's %v (want kept)", isMount(t, target), isMount(t, mnt))
+	if src := mountSource(t, target); src != ports.FencedMountSource || !isMount(t, mnt) {
+		t.Fatalf("after the fence: the pod's target shows %q (want the placeholder %q), the dataset's own mount kept: %v", src, ports.FencedMountSource, isMount(t, mnt))
+	}
+	if err := os.WriteFile(filepath.Join(target, "new"), []byte("x"), 0o644); err == nil {
+		t.Fatal("a file was written at the fenced target")
 	}
 	// What the writers wrote stays; nothing writes any more.
 	before := size(t, filepath.Join(mnt, "held"))
