@@ -34,7 +34,7 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-k8s test-kubeapi
+.PHONY: e2e e2e-node-loss cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-k8s test-kubeapi
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
 
@@ -138,6 +138,9 @@ test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cl
 NODE_LOSS_TESTS := ^TestNodeLoss
 e2e-node-loss: ## on the running local cluster: the primary's node killed, then cut off; the pod runs with its data on the other copy's node (failover node-loss: N.N s, lost writes: N), the node returns and rejoins
 	$(call CLUSTER_GOTEST,-run '$(NODE_LOSS_TESTS)')
+
+e2e: build ## node loss on the local cluster, three nodes then two (brought up as needed, left down): failover node-loss: N.N s and lost writes: N for each
+	tests/cluster/e2e-node-loss.sh
 
 test-k8s: ## replicated volumes on the running local cluster: ReplicatedVolume, ReplicaSet, budget, copies by checksum, scaling, drains (prints rebuild: MB/s), pods moving with their data (StatefulSet, Deployment, drain of the primary), deletion leaving nothing
 	$(call CLUSTER_GOTEST,-run '$(K8S_TESTS)')

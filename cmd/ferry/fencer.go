@@ -8,4 +8,4 @@ import (
 // newFencer is the daemon's ports.Fencer: writers found in /proc (the
 // daemon runs with the host's pid namespace) and killed, then the pods'
 // mounts removed.
-func newFencer() ports.Fencer { return fence.New() }
+func newFencer() ports.Fencer { return fence.New(fence.Options{}) }

@@ -164,7 +164,7 @@ func nodeLoss(t *testing.T, fault string) {
 	// renewal): those writes can reach no other node and are lost too.
 	lost := max(lastOld-resumed, 0)
 	beforeFault := max(min(atFault, lastOld)-resumed, 0)
-	fmt.Printf("failover node-loss (%s, %s to %s): %.1f s\n", fault, first, second, took.Seconds())
+	fmt.Printf("failover node-loss (%s, %s nodes, %s to %s): %.1f s\n", fault, envOr("FERRY_E2E_NODES", "3"), first, second, took.Seconds())
 	fmt.Printf("failover node-loss: %.1f s\n", took.Seconds())
 	fmt.Printf("lost writes: %d (%d written before the fault, %.1f s at 20/s with a 2 s snapshot interval; %d by the %s node until it was fenced)\n",
 		lost, beforeFault, float64(beforeFault)/20, lost-beforeFault, fault)
