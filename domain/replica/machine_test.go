@@ -27,7 +27,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	step NODE [N]                     observe state and local, run actions until none (at most N)
 //	stabilize                         step every node until nothing happens
 //	tick [NODE]                       time passes (for one node or all)
-//	promote NODE | takeover NODE LOST change the primary, as publish or failover do
+//	promote NODE | takeover NODE LOST [lag=N]
+//	                                  change the primary, as publish or failover do (a
+//	                                  takeover is judged with NODE's allowed lag, or N)
 //	release NODE                      unpublish: NODE's primary hands over
 //	write NODE                        NODE's dataset changes after its newest snapshot
 //	slow NODE                         NODE's next transfer stays in flight until "finish NODE"
@@ -38,6 +40,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	acquire NODE | abandon NODE       publish read/write on NODE asks it to become the
 //	                                  primary | the publish gave up
 //	acquired NODE...                  print each node's publish: acquired or what it waits for
+//	released NODE...                  print each node's unpublish: released, or why it was lost
 //	decide NODE                       observe and pick NODE's next action, without doing it
 //	do NODE                           carry out NODE's decided action (on today's state)
 //	restart NODE                      NODE's volume manager restarts (a new machine)
@@ -198,7 +201,10 @@ func (e *scriptEnv) run(f []string) error {
 		if m, ok := e.machines[Node(f[1])]; ok {
 			lag = m.cfg.AllowedLag
 		}
-		return Takeover(&e.state, Node(f[1]), Node(f[2]), lag)
+		if l, ok := kv(f[3:])["lag"]; ok {
+			lag = uint64(atoi(l, int(lag)))
+		}
+		return e.cas(func(s *State) error { return Takeover(s, Node(f[1]), Node(f[2]), lag) })
 	case "release":
 		return e.machines[Node(f[1])].Step(Release{})
 	case "acquire":
@@ -244,6 +250,11 @@ func (e *scriptEnv) run(f []string) error {
 			m := e.machines[Node(x)]
 			on, why := m.Acquiring()
 			fmt.Fprintf(e.out, "%s: acquired=%v acquiring=%v %s\n", x, m.Acquired(), on, why)
+		}
+	case "released":
+		for _, x := range f[1:] {
+			m := e.machines[Node(x)]
+			fmt.Fprintf(e.out, "%s: released=%v lost=%q\n", x, m.Released(), m.ReleaseLost())
 		}
 	case "write":
 		e.dirty[Node(f[1])] = true

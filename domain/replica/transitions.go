@@ -202,9 +202,19 @@ func (s *State) index(n Node) int {
 // interval), and lost is fenced: its later snapshots are of an older
 // epoch, so when it returns it rolls them back (PlanRollbackIncremental)
 // instead of serving them.
+//
+// lost must still be active: a primary that stepped down ended its term
+// with its final snapshot recorded (Demote), and a takeover, which may
+// give up up to lag snapshots, would give up that handover's last writes,
+// which its unpublish already reported safe. The next primary is promoted
+// (Promote), holding the final snapshot. So a takeover decided on a view
+// where lost was active, and a release's StepDown, cannot both win.
 func Takeover(s *State, node, lost Node, lag uint64) error {
 	if s.Primary != lost {
 		return fmt.Errorf("takeover from %s: the primary is %q: %w", lost, s.Primary, ErrFenced)
+	}
+	if r, ok := s.Replica(lost); !ok || !r.Active {
+		return fmt.Errorf("takeover from %s: its term of epoch %d ended (it stepped down): %w", lost, s.Epoch, ErrFenced)
 	}
 	i := s.index(node)
 	if i < 0 || node == lost {

@@ -1,0 +1,253 @@
+package liveness
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
+
+// TestLivenessScripts replays the scripts in testdata/: lease-level races
+// between nodes, each on its own clock (every at= is an instant on the
+// clock of the node named first), over one volume's shared state changed
+// only by compare-and-swap. Each command is followed by "----" and the
+// output it must print. Run with -rewrite to accept new output after
+// checking it by eye.
+//
+// Commands:
+//
+//	replica NODE N@E [active]       the shared state's entry for NODE (epoch and
+//	                                primary follow the active entry)
+//	renew NODE sent=T               NODE's renewal sent at T succeeded: its lease
+//	                                value changes, and it holds it until Held(T)
+//	write NODE at=T [takers]        Decide for NODE at T (its takers: TakersOf)
+//	observe NODE at=T               NODE's observer reads every lease at T
+//	blind NODE                      NODE's observer fails to read the leases
+//	promise NODE to=ASKER at=T      NODE's observer answers ASKER's request at T
+//	lost NODE at=T                  the nodes NODE's observer takes for lost at T
+//	view NODE                       NODE reads the shared state (kept as its view)
+//	takeovers NODE at=T lag=N       what NODE takes over on its view (Takeovers)
+//	takeover NODE [from=LOST] [lag=N]
+//	                                each takeover NODE decided last (or one from
+//	                                LOST, decided or not) as a compare-and-swap on
+//	                                the newest state
+//	print                           the shared state
+func TestLivenessScripts(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no scripts in testdata/")
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
+	}
+}
+
+type scriptEnv struct {
+	state     replica.State
+	lease     map[replica.Node]int           // each node's lease value (renewals so far)
+	until     map[replica.Node]time.Duration // when each node's lease is held until, on its clock
+	observers map[replica.Node]*Observer
+	views     map[replica.Node]replica.State
+	decided   map[replica.Node][]Takeover
+	out       *strings.Builder
+}
+
+func runScript(t *testing.T, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &scriptEnv{state: replica.State{Volume: "v", ReplicationFactor: 2}, lease: map[replica.Node]int{}, until: map[replica.Node]time.Duration{},
+		observers: map[replica.Node]*Observer{}, views: map[replica.Node]replica.State{}, decided: map[replica.Node][]Takeover{}}
+	var rewritten strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			rewritten.WriteString(line + "\n")
+			continue
+		}
+		if sc.Scan() && sc.Text() != "----" {
+			t.Fatalf("%s: command %q is not followed by ----", path, line)
+		}
+		var want []string
+		for sc.Scan() && sc.Text() != "" {
+			want = append(want, sc.Text())
+		}
+		env.out = &strings.Builder{}
+		if err := env.run(strings.Fields(line)); err != nil {
+			fmt.Fprintf(env.out, "error: %v\n", err)
+		}
+		got := strings.TrimRight(env.out.String(), "\n")
+		if got == "" {
+			got = "ok"
+		}
+		rewritten.WriteString(line + "\n----\n" + got + "\n\n")
+		if !*rewrite && got != strings.Join(want, "\n") {
+			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, line, got, strings.Join(want, "\n"))
+		}
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func args(f []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range f {
+		k, v, _ := strings.Cut(a, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func (e *scriptEnv) at(a map[string]string, k string) (time.Duration, error) {
+	d, err := time.ParseDuration(a[k])
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a duration", k, a[k])
+	}
+	return d, nil
+}
+
+func (e *scriptEnv) observer(n replica.Node) *Observer {
+	if e.observers[n] == nil {
+		e.observers[n] = NewObserver(cfg, n)
+	}
+	return e.observers[n]
+}
+
+func (e *scriptEnv) run(f []string) error {
+	n := replica.Node("")
+	if len(f) > 1 {
+		n = replica.Node(f[1])
+	}
+	a := args(f[1:])
+	switch f[0] {
+	case "replica":
+		num, ep, ok := strings.Cut(f[2], "@")
+		x, err1 := strconv.ParseUint(num, 10, 64)
+		y, err2 := strconv.ParseUint(ep, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("snapshot %q: want N@EPOCH", f[2])
+		}
+		r := replica.Replica{Node: n, Snapshot: replica.SnapshotNumber(x), SnapshotEpoch: replica.Epoch(y), SnapshotGUID: x*100 + y, Ready: true, Active: len(f) > 3 && f[3] == "active"}
+		replica.Join(&e.state, n)
+		for i := range e.state.Replicas {
+			if e.state.Replicas[i].Node == n {
+				e.state.Replicas[i] = r
+			}
+		}
+		e.state.Epoch = max(e.state.Epoch, r.SnapshotEpoch)
+		if r.Active {
+			e.state.Primary = n
+		}
+		return e.state.Validate()
+	case "renew":
+		sent, err := e.at(a, "sent")
+		if err != nil {
+			return err
+		}
+		e.lease[n]++
+		e.until[n] = cfg.Held(sent)
+		fmt.Fprintf(e.out, "%s holds its lease until %s\n", n, e.until[n])
+	case "write":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		v := Decide(Standing{Now: now, LeaseUntil: e.until[n]}, TakersOf(e.state, n))
+		if v.MayWrite {
+			fmt.Fprintf(e.out, "%s may write until %s: %s\n", n, v.Until, v.Reason)
+		} else {
+			fmt.Fprintf(e.out, "%s fences: %s\n", n, v.Reason)
+		}
+	case "observe":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		values := map[replica.Node]string{}
+		for node, v := range e.lease {
+			values[node] = strconv.Itoa(v)
+		}
+		e.observer(n).Read(now, values)
+	case "blind":
+		e.observer(n).Blind()
+	case "promise":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		ok, span := e.observer(n).Promise(replica.Node(a["to"]), now)
+		fmt.Fprintf(e.out, "%s promises %s: %v for %s\n", n, a["to"], ok, span)
+	case "lost":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s takes for lost: %v\n", n, e.observer(n).Lost(now))
+	case "view":
+		e.views[n] = cloneState(e.state)
+	case "takeovers":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		lag, _ := strconv.ParseUint(a["lag"], 10, 64)
+		view, ok := e.views[n]
+		if !ok {
+			return fmt.Errorf("%s has no view", n)
+		}
+		e.decided[n] = Takeovers([]replica.State{view}, e.observer(n).Lost(now), n, lag)
+		if len(e.decided[n]) == 0 {
+			fmt.Fprintf(e.out, "%s takes nothing over\n", n)
+		}
+		for _, t := range e.decided[n] {
+			fmt.Fprintf(e.out, "%s takes %s over from %s (its view: epoch %d)\n", n, t.Volume.Volume, t.Lost, t.Volume.Epoch)
+		}
+	case "takeover":
+		lag, _ := strconv.ParseUint(a["lag"], 10, 64)
+		var lost []replica.Node
+		for _, t := range e.decided[n] {
+			lost = append(lost, t.Lost)
+		}
+		if from, ok := a["from"]; ok {
+			lost = []replica.Node{replica.Node(from)}
+		}
+		if len(lost) == 0 {
+			fmt.Fprintf(e.out, "%s attempts no takeover\n", n)
+		}
+		for _, l := range lost {
+			next := cloneState(e.state)
+			err := replica.Takeover(&next, n, l, lag)
+			if err == nil {
+				err = next.Validate()
+			}
+			if err != nil {
+				fmt.Fprintf(e.out, "%s: takeover from %s -> %v\n", n, l, err)
+				continue
+			}
+			e.state = next
+			fmt.Fprintf(e.out, "%s: took over from %s: epoch %d\n", n, l, e.state.Epoch)
+		}
+	case "print":
+		fmt.Fprintf(e.out, "epoch=%d primary=%s\n", e.state.Epoch, e.state.Primary)
+		for _, r := range e.state.Replicas {
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active)
+		}
+	default:
+		return fmt.Errorf("unknown command %q", f[0])
+	}
+	return nil
+}
