@@ -69,6 +69,7 @@ type options struct {
 	rounds     int
 	plaintext  bool
 	ssh        bool
+	ab         string
 	cpuprofile string
 }
 
@@ -86,6 +87,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 7, "rounds; each runs every way once, in alternating order")
 	flag.BoolVar(&o.plaintext, "plaintext", false, "run Ferry's transport without TLS (to measure what TLS costs; Ferry never runs so in a cluster)")
 	flag.BoolVar(&o.ssh, "ssh", false, "also measure zfs send | mbuffer | ssh | mbuffer | zfs recv (needs mbuffer, ssh, sshd)")
+	flag.StringVar(&o.ab, "ab", "", "also run Ferry's transport from `BINARY`, another build of this benchmark (e.g. of the commit before a change), as the way ferry-ab: paired rounds of two versions")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write the node processes' CPU profiles to PREFIX.sender and PREFIX.receiver")
 	flag.Parse()
 	if o.rounds < 1 || o.sizeMiB < 1 {
@@ -119,10 +121,9 @@ type bench struct {
 	mu       sync.Mutex
 	procs    []*exec.Cmd // started here, stopped by cleanup (last first)
 	stdins   []io.Closer
-	piped    []*exec.Cmd // the procs that end when their stdin closes
-	recvIn   io.Writer
-	recvOut  *bufio.Scanner
-	sshCmd   string // the ssh command line with its options, ssh way only
+	piped    []*exec.Cmd      // the procs that end when their stdin closes
+	recv     map[string]*node // receiver node by way ("ferry-ab": the -ab build's)
+	sshCmd   string           // the ssh command line with its options, ssh way only
 	cleaned  bool
 	cleanups []func()
 }
@@ -210,6 +211,9 @@ func (b *bench) run() error {
 		return err
 	}
 	ways := []string{"pipe", "reference", "ferry"}
+	if o.ab != "" {
+		ways = append(ways, "ferry-ab")
+	}
 	if o.ssh {
 		if err := b.startSSH(); err != nil {
 			return err
@@ -262,6 +266,20 @@ func (b *bench) run() error {
 	if o.ssh {
 		printSpread("full, ssh", summarise(ratios(fullT, "ssh")))
 		printSpread("incremental, ssh", summarise(ratios(incrT, "ssh")))
+	}
+	if o.ab != "" {
+		printSpread("full, ferry-ab", summarise(ratios(fullT, "ferry-ab")))
+		printSpread("incremental, ferry-ab", summarise(ratios(incrT, "ferry-ab")))
+		ab := func(t map[string][]float64) []float64 {
+			out := make([]float64, len(t["ferry"]))
+			for i := range out {
+				out[i] = t["ferry-ab"][i] / t["ferry"][i]
+			}
+			return out
+		}
+		fmt.Println("ferry-ab time / ferry time (above 1: this build is faster):")
+		printSpread("full", summarise(ab(fullT)))
+		printSpread("incremental", summarise(ab(incrT)))
 	}
 	fmt.Printf("ratio incremental: %.2f\n", is.median)
 	fmt.Printf("ratio: %.2f\n", fs.median)
@@ -324,38 +342,57 @@ func (b *bench) startNodes() error {
 	if err != nil {
 		return err
 	}
-	start := func(ns, role, pool string, f pki.Files) (io.WriteCloser, *bufio.Scanner, error) {
-		args := []string{"node", "-role", role, "-pool", pool, "-cert", f.Cert, "-key", f.Key, "-ca", f.CA}
+	start := func(ns, role, pool string, f pki.Files, bin, profile string, extra ...string) (*node, error) {
+		args := append([]string{"node", "-role", role, "-pool", pool, "-cert", f.Cert, "-key", f.Key, "-ca", f.CA}, extra...)
 		if b.opts.plaintext {
 			args = append(args, "-plaintext")
 		}
 		if b.opts.cpuprofile != "" {
-			args = append(args, "-cpuprofile", b.opts.cpuprofile+"."+role)
+			args = append(args, "-cpuprofile", b.opts.cpuprofile+"."+role+profile)
 		}
-		cmd := inNetns(ns, self, args...)
+		cmd := inNetns(ns, bin, args...)
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if err := b.startProc(cmd, in); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		sc := bufio.NewScanner(out)
 		if !sc.Scan() || sc.Text() != "ready" {
-			return nil, nil, fmt.Errorf("the %s node did not start: %v", role, sc.Err())
+			return nil, fmt.Errorf("the %s node (%s) did not start: %v", role, bin, sc.Err())
 		}
-		return in, sc, nil
+		return &node{in: in, out: sc}, nil
 	}
-	if _, _, err := start(nsA, "sender", srcPool, sf); err != nil {
+	if _, err := start(nsA, "sender", srcPool, sf, self, ""); err != nil {
 		return err
 	}
-	b.recvIn, b.recvOut, err = start(nsB, "receiver", dstPool, rf)
-	return err
+	b.recv = map[string]*node{}
+	if b.recv["ferry"], err = start(nsB, "receiver", dstPool, rf, self, ""); err != nil {
+		return err
+	}
+	b.recv["reference"], b.recv["ssh"] = b.recv["ferry"], b.recv["ferry"]
+	if b.opts.ab != "" {
+		const abPort = "7444"
+		if _, err := start(nsA, "sender", srcPool, sf, b.opts.ab, "-ab", "-peer-port", abPort, "-relay=false"); err != nil {
+			return err
+		}
+		if b.recv["ferry-ab"], err = start(nsB, "receiver", dstPool, rf, b.opts.ab, "-ab", "-peer-port", abPort); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// node is a receiver node process: one job per line in, one answer out.
+type node struct {
+	in  io.Writer
+	out *bufio.Scanner
 }
 
 func (b *bench) startProc(cmd *exec.Cmd, stdin io.Closer) error {
@@ -442,8 +479,10 @@ func (b *bench) measure(what string, ways []string, req ports.SendRequest, targe
 			fmt.Fprintf(&line, "  %s %.3f s %6.1f MB/s", way, s, float64(bytes)/1e6/s)
 		}
 		fmt.Fprintf(&line, "  ratio %.2f", times["reference"][i]/times["ferry"][i])
-		if slices.Contains(ways, "ssh") {
-			fmt.Fprintf(&line, " (ssh %.2f)", times["reference"][i]/times["ssh"][i])
+		for _, w := range []string{"ssh", "ferry-ab"} {
+			if slices.Contains(ways, w) {
+				fmt.Fprintf(&line, " (%s %.2f)", w, times["reference"][i]/times[w][i])
+			}
 		}
 		fmt.Println(line.String())
 	}
@@ -459,6 +498,10 @@ func (b *bench) transfer(way string, req ports.SendRequest, target string) (floa
 		return time.Since(start).Seconds(), err
 	}
 	j := job{Way: way, Volume: string(req.Volume), From: req.From, To: req.To, Target: target}
+	n := b.recv[way]
+	if way == "ferry-ab" {
+		j.Way = "ferry"
+	}
 	if way == "ssh" {
 		j.Shell = b.sshPipeline(req, target)
 	}
@@ -466,14 +509,14 @@ func (b *bench) transfer(way string, req ports.SendRequest, target string) (floa
 	if err != nil {
 		return 0, err
 	}
-	if _, err := b.recvIn.Write(append(line, '\n')); err != nil {
+	if _, err := n.in.Write(append(line, '\n')); err != nil {
 		return 0, err
 	}
-	if !b.recvOut.Scan() {
-		return 0, fmt.Errorf("the receiver node stopped: %v", b.recvOut.Err())
+	if !n.out.Scan() {
+		return 0, fmt.Errorf("the receiver node stopped: %v", n.out.Err())
 	}
 	var a answer
-	if err := json.Unmarshal(b.recvOut.Bytes(), &a); err != nil {
+	if err := json.Unmarshal(n.out.Bytes(), &a); err != nil {
 		return 0, err
 	}
 	if a.Err != "" {

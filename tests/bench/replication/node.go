@@ -62,7 +62,8 @@ type answer struct {
 
 type nodeFlags struct {
 	role, pool, cert, key, ca, cpuprofile string
-	plaintext                             bool
+	peerPort                              string
+	relay, plaintext                      bool
 }
 
 func nodeMain(args []string) error {
@@ -75,6 +76,8 @@ func nodeMain(args []string) error {
 	fs.StringVar(&f.ca, "ca", "", "peer CA")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write this process's CPU profile here")
 	fs.BoolVar(&f.plaintext, "plaintext", false, "Ferry's transport without TLS")
+	fs.StringVar(&f.peerPort, "peer-port", peerPort, "the sender's peer service port")
+	fs.BoolVar(&f.relay, "relay", true, "sender: serve the reference's plain TCP relay")
 	_ = fs.Parse(args)
 	if f.cpuprofile != "" {
 		pf, err := os.Create(f.cpuprofile)
@@ -96,34 +99,45 @@ func nodeMain(args []string) error {
 	tlsFiles := peer.TLSFiles{Cert: f.cert, Key: f.key, CA: f.ca}
 	switch f.role {
 	case "sender":
-		return sender(store, tlsFiles, f.plaintext)
+		return sender(store, tlsFiles, f)
 	case "receiver":
-		return receiver(store, tlsFiles, f.plaintext)
+		return receiver(store, tlsFiles, f)
 	}
 	return fmt.Errorf("unknown role %q", f.role)
 }
 
 // sender serves until its stdin closes (the benchmark ended or died).
-func sender(store *zfs.Store, tlsFiles peer.TLSFiles, plaintext bool) error {
+func sender(store *zfs.Store, tlsFiles peer.TLSFiles, f nodeFlags) error {
 	var creds credentials.TransportCredentials
-	if !plaintext {
+	if !f.plaintext {
 		var err error
 		if creds, err = peer.ServerTLS(tlsFiles); err != nil {
 			return err
 		}
 	}
-	pl, err := net.Listen("tcp", net.JoinHostPort(addrA, peerPort))
+	pl, err := net.Listen("tcp", net.JoinHostPort(addrA, f.peerPort))
 	if err != nil {
 		return err
 	}
 	server := peer.NewServer(store, creds, zap.NewNop())
 	go func() { _ = server.Serve(pl) }()
 	defer server.Stop()
+	if f.relay {
+		if err := serveRelay(); err != nil {
+			return err
+		}
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+// serveRelay serves the reference's plain TCP relay.
+func serveRelay() error {
 	rl, err := net.Listen("tcp", net.JoinHostPort(addrA, relayPort))
 	if err != nil {
 		return err
 	}
-	defer rl.Close()
 	go func() {
 		for {
 			c, err := rl.Accept()
@@ -133,8 +147,6 @@ func sender(store *zfs.Store, tlsFiles peer.TLSFiles, plaintext bool) error {
 			go relaySend(c.(*net.TCPConn))
 		}
 	}()
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
 }
 
@@ -199,15 +211,15 @@ func growPipe(f *os.File) {
 }
 
 // receiver runs the jobs read from stdin, one at a time.
-func receiver(store *zfs.Store, tlsFiles peer.TLSFiles, plaintext bool) error {
+func receiver(store *zfs.Store, tlsFiles peer.TLSFiles, f nodeFlags) error {
 	var creds credentials.TransportCredentials
-	if !plaintext {
+	if !f.plaintext {
 		var err error
 		if creds, err = peer.ClientTLS(tlsFiles); err != nil {
 			return err
 		}
 	}
-	addr := net.JoinHostPort(addrA, peerPort)
+	addr := net.JoinHostPort(addrA, f.peerPort)
 	client := peer.NewClient(func(replica.Node) (string, error) { return addr, nil }, creds)
 	defer client.Close()
 	in := bufio.NewScanner(os.Stdin)
