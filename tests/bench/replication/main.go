@@ -118,14 +118,15 @@ type bench struct {
 	src, dst     *zfstest.Pool
 	srcS         *zfs.Store
 
-	mu       sync.Mutex
-	procs    []*exec.Cmd // started here, stopped by cleanup (last first)
-	stdins   []io.Closer
-	piped    []*exec.Cmd      // the procs that end when their stdin closes
-	recv     map[string]*node // receiver node by way ("ferry-ab": the -ab build's)
-	sshCmd   string           // the ssh command line with its options, ssh way only
-	cleaned  bool
-	cleanups []func()
+	mu        sync.Mutex
+	procs     []*exec.Cmd // started here, stopped by cleanup (last first)
+	stdins    []io.Closer
+	piped     []*exec.Cmd      // the procs that end when their stdin closes
+	recv      map[string]*node // receiver node by way ("ferry-ab": the -ab build's)
+	sshCmd    string           // the ssh command line with its options, ssh way only
+	cleaned   bool             // no process starts once set
+	cleanOnce sync.Once
+	cleanups  []func()
 }
 
 func (b *bench) atCleanup(f func()) {
@@ -135,13 +136,13 @@ func (b *bench) atCleanup(f func()) {
 }
 
 // cleanup stops every process started here, destroys the pools and the
-// namespaces; it runs once, at the end or on a signal.
-func (b *bench) cleanup() {
+// namespaces; it runs once, at the end or on a signal, and a second caller
+// waits until the first is done (main must not exit halfway through a
+// cleanup the signal started).
+func (b *bench) cleanup() { b.cleanOnce.Do(b.doCleanup) }
+
+func (b *bench) doCleanup() {
 	b.mu.Lock()
-	if b.cleaned {
-		b.mu.Unlock()
-		return
-	}
 	b.cleaned = true
 	procs, stdins, cleanups, pipedProcs := b.procs, b.stdins, b.cleanups, b.piped
 	b.mu.Unlock()
@@ -538,6 +539,9 @@ func snapArgs(req ports.SendRequest) []string {
 func (b *bench) pipe(req ports.SendRequest, target string) error {
 	send := exec.Command("zfs", snapArgs(req)...)
 	recv := exec.Command("zfs", "recv", dstPool+"/ferry/"+target)
+	for _, c := range []*exec.Cmd{send, recv} {
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // gone with this process, on a signal too
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
