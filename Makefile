@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -109,8 +109,15 @@ bench-move: ## on the running local cluster: a StatefulSet pod with a replicated
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations
 	go test -run '^$$' -bench . -benchtime 10x ./adapters/peer
 
-bench-replication: zfs-up ## Ferry's peer transport vs a raw zfs send | zfs recv pipe: MB/s and ratio
-	go run ./tests/bench/replication
+bench-replication: zfs-up ## Ferry's peer transport vs zfs send -> plain TCP -> zfs recv between two network namespaces: per-round ratios, median, interval, ratio
+	go run ./tests/bench/replication $(BENCH_REPLICATION_FLAGS)
+
+bench-replication-ssh: zfs-up ## the same, with zfs send | mbuffer | ssh | mbuffer | zfs recv measured alongside (needs mbuffer, ssh, sshd)
+	@missing=""; for t in mbuffer ssh ssh-keygen; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	  [ -x /usr/sbin/sshd ] || command -v sshd >/dev/null || missing="$$missing sshd"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "bench-replication-ssh: not run: missing$$missing (Debian: apt-get install -y mbuffer openssh-server openssh-client)"; exit 1; fi
+	go run ./tests/bench/replication -ssh $(BENCH_REPLICATION_FLAGS)
 
 test: lint-layers vet unit sanity test-replication ## everything CI runs
 	@echo "make test: all passed"

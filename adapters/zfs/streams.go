@@ -24,22 +24,41 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	if req.From != "" {
 		targets = append(targets, s.snapshot(req.Volume, req.From))
 	}
-	rows, err := s.get(ctx, targets...)
-	if err != nil {
-		return nil, fmt.Errorf("send %s: %w", req.Volume, err)
-	}
-	if len(rows) != len(targets) || rows[0].name != targets[0] || !s.owned(rows[0]) {
-		return nil, fmt.Errorf("send %s: dataset %s: %w", req.Volume, targets[0], ports.ErrNotOwned)
+	check := func() error {
+		rows, err := s.get(ctx, targets...)
+		if err != nil {
+			return fmt.Errorf("send %s: %w", req.Volume, err)
+		}
+		if len(rows) != len(targets) || rows[0].name != targets[0] || !s.owned(rows[0]) {
+			return fmt.Errorf("send %s: dataset %s: %w", req.Volume, targets[0], ports.ErrNotOwned)
+		}
+		return nil
 	}
 	if req.ResumeToken != "" {
+		if err := check(); err != nil {
+			return nil, err
+		}
 		return s.resumeSend(ctx, req)
 	}
+	// zfs send starts while the check runs (it only reads), and its
+	// stream is handed out only once the check passed: not one byte of a
+	// dataset that is not Ferry's leaves, and a small incremental does not
+	// wait for two commands one after the other.
+	checked := make(chan error, 1)
+	go func() { checked <- check() }()
 	args := []string{"send"}
 	if req.From != "" {
 		args = append(args, "-i", s.snapshot(req.Volume, req.From))
 	}
 	args = append(args, s.snapshot(req.Volume, req.To))
-	return s.run.stream(ctx, args...)
+	r, err := s.run.stream(ctx, args...)
+	if cerr := <-checked; cerr != nil {
+		if r != nil {
+			_ = r.Close() // kills zfs send
+		}
+		return nil, cerr
+	}
+	return r, err
 }
 
 // Receive runs `zfs recv` (never -F) with the stream as stdin.
