@@ -2,7 +2,10 @@
 // cluster (make demo-cluster brings it up): a claim of a replicated
 // StorageClass (two copies), a pod writing to it, `kubectl get rv`, the
 // pod moved to the other copy's node, and the data shown intact there,
-// with the move's time. It removes what it made.
+// with the move's time; then the third act: the node the pod runs on is
+// killed (power loss: tests/cluster/node.sh), and the pod runs on the
+// other copy's node within seconds, with the time and the writes lost
+// printed; the node comes back and rejoins. It removes what it made.
 package main
 
 import (
@@ -30,6 +33,7 @@ func main() {
 	ns := "demo-" + hex.EncodeToString(b)
 	var cordoned string
 	cleanup = func() {
+		restore()
 		if cordoned != "" {
 			_, _ = kubectl("", "uncordon", cordoned)
 		}
@@ -75,6 +79,49 @@ func main() {
 		fail(fmt.Errorf("the data did not move intact"))
 	}
 
+	step("node loss: the pod appends a number to /data/log every 50 ms; " + node + " is uncordoned (the copy there catches up)")
+	must("", "uncordon", node)
+	cordoned = ""
+	must("", "-n", ns, "exec", pod, "--", "sh", "-c", `nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n >> /data/log; sleep 0.05; done' >/dev/null 2>&1 &`)
+	waitFor("both copies ready again, the log in a snapshot", func() bool {
+		out, _ := kubectl("", "get", "rv", vol, "-o", `jsonpath={range .status.replicas[*]}{.node} {.ready} {.snapshot}{"\n"}{end}`)
+		ready := 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && f[1] == "true" {
+				ready++
+			}
+		}
+		return ready == 2
+	})
+	time.Sleep(5 * time.Second) // a few snapshot intervals of the log
+	step("node " + to + " is killed: network cut, kubelet, containerd and every container SIGKILLed")
+	dead := to
+	restore = func() { _ = exec.Command("tests/cluster/node.sh", "restore", dead).Run() }
+	start = time.Now()
+	if out, err := exec.Command("tests/cluster/node.sh", "kill", dead).CombinedOutput(); err != nil {
+		fail(fmt.Errorf("node.sh kill %s: %v: %s", dead, err, out))
+	}
+	pod, to = waitPod(ns, dead)
+	took = time.Since(start)
+	resumed := strings.TrimSpace(must("", "-n", ns, "exec", pod, "--", "sh", "-c", "tail -n 1 /data/log"))
+	out, _ := exec.Command("sh", "-c", fmt.Sprintf("tail -n 1 $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/log", dead, vol)).Output()
+	last := strings.TrimSpace(string(out))
+	var r, l int
+	fmt.Sscan(resumed, &r)
+	fmt.Sscan(last, &l)
+	say("pod %s runs on %s; the copy there ends the log at %s, the lost node's at %s", pod, to, resumed, last)
+	say("failover node-loss: %.1f s (node killed -> pod running on %s with its data)", took.Seconds(), to)
+	say("lost writes: %d (%.1f s of appends; the snapshot interval is 2 s)", max(l-r, 0), float64(max(l-r, 0))/20)
+	fmt.Print(indent(must("", "get", "rv", vol)))
+	step("node " + dead + " comes back: its copy rolls back to the common snapshot and resyncs")
+	restore()
+	restore = func() {}
+	waitFor("the returned copy ready", func() bool {
+		out, _ := kubectl("", "get", "rv", vol, "-o", `jsonpath={range .status.replicas[*]}{.node} {.ready}{"\n"}{end}`)
+		return strings.Contains(out, dead+" true")
+	})
+	fmt.Print(indent(must("", "get", "rv", vol)))
+
 	step("cleaning up: the claim's deletion destroys both copies")
 	cleanup()
 	cleanup = func() {}
@@ -106,7 +153,10 @@ spec:
       resources: {requests: {storage: 64Mi}}
 `
 
-var cleanup = func() {}
+var (
+	cleanup = func() {}
+	restore = func() {}
+)
 
 func step(s string) { fmt.Printf("\n== %s\n", s) }
 
