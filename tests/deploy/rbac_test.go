@@ -134,8 +134,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"the node service account writes only what its sidecars must", nodeRoles, everyRule(func(pr rbacv1.PolicyRule) string {
 			// What external-provisioner and csi-snapshotter (--node-deployment)
 			// and csi-resizer write, and what ferry daemon writes: placement
-			// labels, its node's Lease, and the objects of the replicated
-			// volumes it creates.
+			// labels (and a lost node's fenced taint), its node's Lease,
+			// the objects of the replicated volumes it creates, and a lost
+			// node's pods.
 			allowed := map[string][]string{
 				"events":                        {"create", "update", "patch"},
 				"persistentvolumes":             {"create", "patch", "delete"},
@@ -149,7 +150,10 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				"replicatedvolumes/status":      {"update"},
 				"replicasets":                   {"create", "patch"},
 				"poddisruptionbudgets":          {"create", "patch"},
-				"pods":                          {"create", "patch"}, // patch: its replica pod out of the ReplicaSet for a publish and back
+				// patch: its replica pod out of the ReplicaSet for a publish
+				// and back; delete: a lost node's pods of a volume taken over
+				// (grace 0, UID precondition; app/failover).
+				"pods": {"create", "patch", "delete"},
 			}
 			var bad []string
 			for _, r := range pr.Resources {
