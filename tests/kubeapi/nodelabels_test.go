@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -64,8 +65,6 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 	allowed := []struct{ what, patch string }{
 		{"set a placement label", `{"metadata":{"labels":{"replica.ferry.zfs.csi.io/pvc-1":"ready"}}}`},
 		{"remove a placement label", `{"metadata":{"labels":{"replica.ferry.zfs.csi.io/pvc-old":null}}}`},
-		{"taint the node fenced", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoSchedule"}]}}`},
-		{"lift the fenced taint", `{"spec":{"taints":null}}`},
 	}
 	for _, a := range allowed {
 		if err := patch(daemon, a.patch); err != nil {
@@ -80,7 +79,6 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 		{"cordon", `{"spec":{"unschedulable":true}}`, "may not change a node's spec"},
 		{"taint", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "may not change a node's spec"},
 		{"taint besides the fenced one", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoSchedule"},{"key":"k","effect":"NoSchedule"}]}}`, "may not change a node's spec"},
-		{"the fenced taint evicting", `{"spec":{"taints":[{"key":"ferry.zfs.csi.io/fenced","effect":"NoExecute"}]}}`, "effect NoSchedule"},
 		{"a provider ID", `{"spec":{"providerID":"x://y"}}`, "may not change a node's spec"},
 		{"annotate", `{"metadata":{"annotations":{"a":"b"}}}`, "annotations"},
 	}
@@ -90,7 +88,23 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 			t.Errorf("%s: got %v, want a refusal saying %q", r.what, err, r.says)
 		}
 	}
-	_, err := daemon.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"status":{"capacity":{"cpu":"64"}}}`), metav1.PatchOptions{}, "status")
+	// The fenced taint, as the daemon's lostnode adapter sets and lifts
+	// it: the other taints (the API server's not-ready one) stay.
+	effects := lostnode.New(daemon, "ferry.zfs.csi.io")
+	if err := effects.Taint(ctx, "node-a", true); err != nil {
+		t.Errorf("taint the node fenced: %v", err)
+	}
+	if on, err := effects.Tainted(ctx, "node-a"); !on || err != nil {
+		t.Errorf("the fenced taint is not there: %v %v", on, err)
+	}
+	if err := effects.Taint(ctx, "node-a", false); err != nil {
+		t.Errorf("lift the fenced taint: %v", err)
+	}
+	_, err := daemon.CoreV1().Nodes().Patch(ctx, "node-a", types.JSONPatchType, []byte(`[{"op":"add","path":"/spec/taints/-","value":{"key":"ferry.zfs.csi.io/fenced","effect":"NoExecute"}}]`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "effect NoSchedule") {
+		t.Errorf("the fenced taint evicting: got %v, want a refusal saying %q", err, "effect NoSchedule")
+	}
+	_, err = daemon.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"status":{"capacity":{"cpu":"64"}}}`), metav1.PatchOptions{}, "status")
 	if err == nil || !strings.Contains(err.Error(), "status") {
 		t.Errorf("status patch: got %v, want a refusal", err)
 	}

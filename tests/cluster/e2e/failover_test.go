@@ -138,6 +138,10 @@ func nodeLoss(t *testing.T, fault string) {
 		}
 	})
 	took := time.Since(start)
+	// Tainted before its pods were deleted: nothing new lands on it.
+	if out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}"); !strings.Contains(out, "ferry.zfs.csi.io/fenced") {
+		t.Errorf("the lost node %s is not tainted fenced: %s", first, out)
+	}
 	resumedAt, err := kubectl(t, "", "-n", ns, "exec", pod, "--", "tail", "-n", "1", "/data/resumed")
 	if err != nil {
 		t.Fatal(err)
