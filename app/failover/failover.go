@@ -63,6 +63,14 @@ func (v *Volumes) Gone(id volume.ID) {
 	delete(v.states, id)
 }
 
+// Known reports whether the view holds a state of volume id.
+func (v *Volumes) Known(id volume.ID) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.states[id]
+	return ok
+}
+
 // PrimaryOn lists the volumes whose active primary is node, by ID.
 func (v *Volumes) PrimaryOn(node replica.Node) []replica.State {
 	v.mu.Lock()

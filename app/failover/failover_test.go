@@ -57,6 +57,8 @@ func TestTheGuardFencesAPrimaryOnlyOnceTheLeaseRanOutAndOnlyWhereAnotherNodeCoul
 	vols.Saw(primaryState("rep", "a", "b"))
 	vols.Saw(primaryState("single", "a"))
 	vols.Saw(primaryState("elsewhere", "b", "a"))
+	// Every local copy is known to the view: no fence of an unknown one.
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}, {ID: "single"}, {ID: "elsewhere"}}, nil).AnyTimes()
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
 	ctx := context.Background()
 
@@ -240,6 +242,7 @@ func TestTheGuardAsksTheTakersForPromisesWhenARenewalFails(t *testing.T) {
 	fencer := mocks.NewMockFencer(ctrl)
 	vols := NewVolumes()
 	vols.Saw(primaryState("rep", "a", "b"))
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
 	granting := true
 	var asked []replica.Node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,7 @@ type Guard struct {
 
 	mu         sync.Mutex
 	leaseUntil time.Duration
+	tried      bool // a renewal was answered (or timed out) since start
 	renewed    chan struct{}
 	promises   []liveness.Promise
 	fenced     map[volume.ID]string
@@ -103,7 +105,11 @@ func (g *Guard) RenewOnce(ctx context.Context) error {
 	// promises are asked for while the lease still runs.
 	rctx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Renew)
 	defer cancel()
-	if err := g.lease.Renew(rctx); err != nil {
+	err := g.lease.Renew(rctx)
+	g.mu.Lock()
+	g.tried = true
+	g.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -186,6 +192,7 @@ func (g *Guard) verdict(st replica.State) liveness.Verdict {
 // fenced yet, and returns when to check again at the latest.
 func (g *Guard) Check(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
+	next = min(next, g.checkUnknown(ctx))
 	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
 		g.mu.Lock()
 		v := g.verdict(st)
@@ -218,6 +225,55 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 	}
 	return max(next, time.Millisecond)
 }
+
+// checkUnknown fences, once the node has tried to renew and does not hold
+// its lease, every local replicated copy the view knows nothing of (a
+// daemon started while cut off from the API server has no view): it may
+// be a primary here that another node takes over, and no promise can be
+// matched to takers nobody knows. They may write again with the lease.
+func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
+	next := g.cfg.Lease.Renew
+	g.mu.Lock()
+	held := g.clock() < g.leaseUntil
+	tried := g.tried
+	if held {
+		for id, why := range g.fenced {
+			if why == reasonUnknown {
+				delete(g.fenced, id)
+			}
+		}
+	}
+	g.mu.Unlock()
+	if held || !tried {
+		return next
+	}
+	vols, err := g.store.ListVolumes(ctx)
+	if err != nil {
+		g.log.Error("local volumes not listed; their fence waits", zap.Error(err))
+		return 100 * time.Millisecond
+	}
+	for _, v := range vols {
+		if g.volumes.Known(v.ID) || g.Fenced(v.ID) != "" {
+			continue
+		}
+		if rf, err := strconv.Atoi(v.Metadata[ports.MetaReplicationFactor]); err == nil && rf <= 1 {
+			continue // no other copy: nobody takes it over
+		}
+		if err := g.fence(ctx, v.ID, reasonUnknown); errors.Is(err, ports.ErrNotFound) {
+			continue
+		} else if err != nil {
+			g.log.Error("fence failed; trying again", zap.String("volume", string(v.ID)), zap.Error(err))
+			next = 100 * time.Millisecond
+			continue
+		}
+		g.mu.Lock()
+		g.fenced[v.ID] = reasonUnknown
+		g.mu.Unlock()
+	}
+	return next
+}
+
+const reasonUnknown = "the node's lease ran out and its view names no state of this local copy (it may be a primary another node takes over)"
 
 // Fenced says why volume id is fenced here ("" when it is not).
 func (g *Guard) Fenced(id volume.ID) string {

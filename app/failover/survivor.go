@@ -236,8 +236,17 @@ func (s *Survivor) liftOwnTaint(ctx context.Context) error {
 		return err
 	}
 	for _, st := range states {
-		if r, ok := st.Replica(s.cfg.Node); ok && !st.Deleting && !r.Ready && !r.Active {
+		r, ok := st.Replica(s.cfg.Node)
+		if !ok || st.Deleting || r.Active {
+			continue
+		}
+		if !r.Ready {
 			return nil // still resyncing
+		}
+		if p, ok := st.Replica(st.Primary); ok && st.Primary != s.cfg.Node && r.Holds().Newer(p.Holds()) {
+			// Holds what the primary lacks: a lost term's writes, to be
+			// rolled back (the ready flag is only what it last said).
+			return nil
 		}
 	}
 	if err := s.effects.Taint(ctx, s.cfg.Node, false); err != nil {

@@ -235,14 +235,17 @@ func (o *Observer) Blind() { o.blind = true }
 // Promise answers node's request, heard at now, for a promise not to take
 // its volumes over: given while this observer hears from node (the request
 // is that word), for Duration - Margin; the observer then takes node for
-// lost no earlier than that promise's end, whatever its lease says. The
-// span is measured from the asking node's send time on its own clock.
+// lost no earlier than 2 Margin after that promise's end, whatever its
+// lease says (as with the lease: the asking node stops writing, on its own
+// clock, 2 Margin before anyone may take it over, for its fence to finish
+// and for drift). The span is measured from the asking node's send time on
+// its own clock.
 func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Duration) {
 	ok, span := o.cfg.MayPromise(now, now)
 	if !ok || node == o.self {
 		return false, 0
 	}
-	if until := now + span; until > o.promised[node] {
+	if until := now + span + 2*o.cfg.Margin; until > o.promised[node] {
 		o.promised[node] = until
 	}
 	return true, span
