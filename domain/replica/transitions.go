@@ -241,7 +241,12 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 		}
 	}
 	if j := s.index(lost); j >= 0 {
+		// Its copy is not ready until it reports again: it may hold a
+		// fenced term's writes (rolled back when it returns), and its
+		// stale Ready would let pods (and the lifting of its node's
+		// taint) count on it.
 		s.Replicas[j].Active = false
+		s.Replicas[j].Ready = false
 	}
 	s.Epoch++
 	s.Primary = node

@@ -79,10 +79,9 @@ func main() {
 		fail(fmt.Errorf("the data did not move intact"))
 	}
 
-	step("node loss: the pod appends a number to /data/log every 50 ms; " + node + " is uncordoned (the copy there catches up)")
+	step("node loss: the pod has been appending a number to /data/log every 50 ms; " + node + " is uncordoned (the copy there catches up)")
 	must("", "uncordon", node)
 	cordoned = ""
-	must("", "-n", ns, "exec", pod, "--", "sh", "-c", `nohup sh -c 'n=0; while :; do n=$((n+1)); echo $n >> /data/log; sleep 0.05; done' >/dev/null 2>&1 &`)
 	waitFor("both copies ready again, the log in a snapshot", func() bool {
 		out, _ := kubectl("", "get", "rv", vol, "-o", `jsonpath={range .status.replicas[*]}{.node} {.ready} {.snapshot}{"\n"}{end}`)
 		ready := 0
@@ -103,13 +102,13 @@ func main() {
 	}
 	pod, to = waitPod(ns, dead)
 	took = time.Since(start)
-	resumed := strings.TrimSpace(must("", "-n", ns, "exec", pod, "--", "sh", "-c", "tail -n 1 /data/log"))
+	resumed := strings.TrimSpace(must("", "-n", ns, "exec", pod, "--", "tail", "-n", "1", "/data/resumed"))
 	out, _ := exec.Command("sh", "-c", fmt.Sprintf("tail -n 1 $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/log", dead, vol)).Output()
 	last := strings.TrimSpace(string(out))
 	var r, l int
 	fmt.Sscan(resumed, &r)
 	fmt.Sscan(last, &l)
-	say("pod %s runs on %s; the copy there ends the log at %s, the lost node's at %s", pod, to, resumed, last)
+	say("pod %s runs on %s; its copy's log ended at %s (the pod resumed after it), the lost node's at %s", pod, to, resumed, last)
 	say("failover node-loss: %.1f s (node killed -> pod running on %s with its data)", took.Seconds(), to)
 	say("lost writes: %d (%.1f s of appends; the snapshot interval is 2 s)", max(l-r, 0), float64(max(l-r, 0))/20)
 	fmt.Print(indent(must("", "get", "rv", vol)))
@@ -143,7 +142,16 @@ spec:
       - name: c
         image: ferry-test:dev
         imagePullPolicy: Never
-        command: [sh, -c, "sleep 100000"]
+        # Appends a number to /data/log every 50 ms, resuming after the
+        # last one its copy holds (the node-loss act counts what is lost).
+        command:
+        - sh
+        - -c
+        - |
+          n=$(tail -n 1 /data/log 2>/dev/null); n=${n:-0}
+          echo "$n" >> /data/resumed
+          exec 3>>/data/log
+          while :; do n=$((n+1)); echo $n >&3; sleep 0.05; done
         volumeMounts: [{name: data, mountPath: /data}]
   volumeClaimTemplates:
   - metadata: {name: data}
