@@ -276,3 +276,37 @@ func TestTheGuardAsksTheTakersForPromisesWhenARenewalFails(t *testing.T) {
 		t.Fatal("not fenced once the promises ran out")
 	}
 }
+
+// The daemon restarted between its takeover's compare-and-swap and the
+// effects: a new survivor finds them owed in the state (it is the active
+// primary of a volume listing the lost node) and carries them out, once.
+func TestASurvivorRestartedAfterItsTakeoverStillCarriesOutTheEffects(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	st := primaryState("v", "a", "b")
+	if err := replica.Takeover(&st, "b", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}}}
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	gomock.InOrder(
+		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
+		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
+	)
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	for at := time.Duration(0); at <= 8*time.Second; at += 500 * time.Millisecond {
+		clock.set(at)
+		if err := b.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -36,15 +36,23 @@ type Survivor struct {
 	mu      sync.Mutex
 	obs     *liveness.Observer
 	peers   map[replica.Node]string
-	pending map[volume.ID]replica.Node // took over; effects on the lost node not all done
-	lost    map[replica.Node]bool      // last logged
+	pending map[owed]bool         // effects on a lost node not all done
+	handled map[owed]bool         // effects done since the node was lost
+	lost    map[replica.Node]bool // last logged
 	ticks   int
+}
+
+// owed names the effects of a takeover still to carry out on a lost node
+// for one volume.
+type owed struct {
+	Volume volume.ID
+	Node   replica.Node
 }
 
 // NewSurvivor returns the survivor of cfg.Node.
 func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
 	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
-		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[volume.ID]replica.Node{}, lost: map[replica.Node]bool{}}
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]bool{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{}}
 }
 
 // Run reads the leases every Renew and acts on what it finds until ctx
@@ -114,6 +122,22 @@ func (s *Survivor) Step(ctx context.Context) error {
 		for _, t := range liveness.Takeovers(states, lost, s.cfg.Node, s.cfg.Lag) {
 			errs = append(errs, s.takeOver(ctx, t))
 		}
+		// What the state says is owed, whoever took over and whenever
+		// (this daemon may have restarted between its compare-and-swap
+		// and the effects): every lost node listed in a volume whose
+		// active primary is here, once per loss.
+		s.mu.Lock()
+		for _, st := range states {
+			if r, ok := st.Replica(s.cfg.Node); !ok || st.Primary != s.cfg.Node || !r.Active {
+				continue
+			}
+			for _, n := range lost {
+				if _, listed := st.Replica(n); listed && !s.handled[owed{st.Volume, n}] {
+					s.pending[owed{st.Volume, n}] = true
+				}
+			}
+		}
+		s.mu.Unlock()
 	}
 	errs = append(errs, s.effectsOwed(ctx))
 	if checkTaint {
@@ -133,6 +157,11 @@ func (s *Survivor) logLost(lost []replica.Node) {
 	for n := range s.lost {
 		if !now[n] {
 			s.log.Info("node renews its lease again", zap.String("node", string(n)))
+			for o := range s.handled {
+				if o.Node == n {
+					delete(s.handled, o) // a later loss is handled again
+				}
+			}
 		}
 	}
 	s.lost = now
@@ -178,7 +207,7 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 	s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
 		Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
 	s.mu.Lock()
-	s.pending[id] = t.Lost
+	s.pending[owed{id, t.Lost}] = true
 	s.mu.Unlock()
 	return nil
 }
@@ -188,13 +217,14 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 // is idempotent; a failed one is retried at the next Step.
 func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Lock()
-	owed := make(map[volume.ID]replica.Node, len(s.pending))
-	for id, n := range s.pending {
-		owed[id] = n
+	todo := make([]owed, 0, len(s.pending))
+	for o := range s.pending {
+		todo = append(todo, o)
 	}
 	s.mu.Unlock()
 	var errs []error
-	for id, n := range owed {
+	for _, o := range todo {
+		id, n := o.Volume, o.Node
 		// The label and the taint before the pods go: a pod recreated at
 		// once must not land on n again (the volume's PersistentVolume
 		// keeps the node it was provisioned on as a term of its node
@@ -217,7 +247,8 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 				Message: fmt.Sprintf("force-deleted %v on lost node %s (tainted %s) so that their controllers start them on %s", pods, n, "ferry.zfs.csi.io/fenced", s.cfg.Node)})
 		}
 		s.mu.Lock()
-		delete(s.pending, id)
+		delete(s.pending, o)
+		s.handled[o] = true
 		s.mu.Unlock()
 	}
 	return errors.Join(errs...)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -349,6 +350,8 @@ func apiError(what string, err error) error {
 	}
 }
 
+const feedResync = 30 * time.Second
+
 // Feed sends the state of every ReplicatedVolume as it changes (an
 // informer on all of them): what a node's daemon needs to move its
 // placement labels as soon as a volume becomes usable or not here. It is a
@@ -360,7 +363,10 @@ func (s *Store) Feed(ctx context.Context) (<-chan replica.State, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	f := dynamicinformer.NewDynamicSharedInformerFactory(s.client, 0)
+	// Every state is sent again every feedResync: a state dropped while
+	// the reader lagged is not missed for long (the daemon's fence and
+	// placement read their view from this feed).
+	f := dynamicinformer.NewDynamicSharedInformerFactory(s.client, feedResync)
 	inf := f.ForResource(rvapi.GVR).Informer()
 	ch := make(chan replica.State, 256)
 	var mu sync.Mutex
