@@ -10,6 +10,7 @@ package failover
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,18 @@ func (v *Volumes) Known(id volume.ID) bool {
 	return ok
 }
 
+// All lists every volume's state, by ID.
+func (v *Volumes) All() []replica.State {
+	v.mu.Lock()
+	out := make([]replica.State, 0, len(v.states))
+	for _, st := range v.states {
+		out = append(out, st)
+	}
+	v.mu.Unlock()
+	sortStates(out)
+	return out
+}
+
 // PrimaryOn lists the volumes whose active primary is node, by ID.
 func (v *Volumes) PrimaryOn(node replica.Node) []replica.State {
 	v.mu.Lock()
@@ -81,14 +94,10 @@ func (v *Volumes) PrimaryOn(node replica.Node) []replica.State {
 			out = append(out, st)
 		}
 	}
-	slices.SortFunc(out, func(a, b replica.State) int {
-		if a.Volume < b.Volume {
-			return -1
-		}
-		if a.Volume > b.Volume {
-			return 1
-		}
-		return 0
-	})
+	sortStates(out)
 	return out
+}
+
+func sortStates(out []replica.State) {
+	slices.SortFunc(out, func(a, b replica.State) int { return strings.Compare(string(a.Volume), string(b.Volume)) })
 }

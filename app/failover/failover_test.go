@@ -310,3 +310,53 @@ func TestASurvivorRestartedAfterItsTakeoverStillCarriesOutTheEffects(t *testing.
 		}
 	}
 }
+
+// The view shows another node active where this node's primary was,
+// without a release here (a takeover while this node could read but not
+// renew): a pod here that still mounts the copy read/write is fenced; a
+// read-only one is not; a volume released here first never is.
+func TestTheGuardFencesAVolumeTakenOverFromUnderAPodHere(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	lease.EXPECT().Renew(gomock.Any()).Return(nil).AnyTimes()
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return(nil, nil).AnyTimes()
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	ctx := context.Background()
+	_ = g.RenewOnce(ctx)
+	info := func(id string) ports.VolumeInfo {
+		return ports.VolumeInfo{ID: volume.ID(id), MountPath: "/p/" + id, MountSource: "pool/" + id}
+	}
+	taken := func(id string) replica.State {
+		st := primaryState(volume.ID(id), "a", "b")
+		if err := replica.Takeover(&st, "b", "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	for _, id := range []string{"rw", "ro", "released"} {
+		vols.Saw(primaryState(volume.ID(id), "a", "b"))
+	}
+	g.Check(ctx) // all three active here
+
+	released := primaryState("released", "a", "b")
+	released.Replicas[0].Active = false
+	vols.Saw(released)
+	g.Check(ctx)
+	vols.Saw(taken("released")) // then promoted elsewhere: no fence, no read of the mounts
+	vols.Saw(taken("rw"))
+	vols.Saw(taken("ro"))
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rw")).Return(info("rw"), nil).Times(2)
+	mounts.EXPECT().MountsOf("pool/rw").Return([]string{"/p/rw", "/k/pods/x/mount"}, nil).Times(2)
+	mounts.EXPECT().MountAt("/k/pods/x/mount").Return(ports.Mount{Source: "pool/rw"}, true, nil)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rw", "/k/pods/x/mount"}, "/p/rw").Return([]ports.StoppedProcess{{PID: 7, Command: "db"}}, nil)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("ro")).Return(info("ro"), nil)
+	mounts.EXPECT().MountsOf("pool/ro").Return([]string{"/p/ro", "/k/pods/y/mount"}, nil)
+	mounts.EXPECT().MountAt("/k/pods/y/mount").Return(ports.Mount{Source: "pool/ro", ReadOnly: true}, true, nil)
+	g.Check(ctx)
+	g.Check(ctx) // once: the mocks refuse a second fence
+}

@@ -40,12 +40,13 @@ type Guard struct {
 	renewed    chan struct{}
 	promises   []liveness.Promise
 	fenced     map[volume.ID]string
+	mine       map[volume.ID]bool // active primary here at the last check
 }
 
 // NewGuard returns the guard of cfg.Node.
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, store: store, mounts: mounts, fencer: fencer,
-		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}}
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, mine: map[volume.ID]bool{}}
 }
 
 // AskPromises lets the guard ask, when a renewal fails, every node that
@@ -193,6 +194,7 @@ func (g *Guard) verdict(st replica.State) liveness.Verdict {
 func (g *Guard) Check(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	next = min(next, g.checkUnknown(ctx))
+	next = min(next, g.checkTakenOver(ctx))
 	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
 		g.mu.Lock()
 		v := g.verdict(st)
@@ -224,6 +226,72 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		g.mu.Unlock()
 	}
 	return max(next, time.Millisecond)
+}
+
+// checkTakenOver fences a volume whose active primary was here and is now
+// another node's without this one having released it (a survivor took it
+// over, say while this node's renewals failed but its reads did not):
+// while a pod here still mounts the copy read/write, it writes into a
+// term that ended. A volume released here (no active primary, or this
+// node's pods unmounted first, as every handover does) is fenced never.
+func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
+	next := g.cfg.Lease.Renew
+	for _, st := range g.volumes.All() {
+		self, listed := st.Replica(g.cfg.Node)
+		g.mu.Lock()
+		if listed && self.Active && st.Primary == g.cfg.Node {
+			g.mine[st.Volume] = true
+			g.mu.Unlock()
+			continue
+		}
+		was := g.mine[st.Volume]
+		g.mu.Unlock()
+		if !was {
+			continue
+		}
+		other, ok := st.Replica(st.Primary)
+		if !ok || !other.Active || st.Primary == g.cfg.Node {
+			g.mu.Lock()
+			delete(g.mine, st.Volume) // released: nobody active, or active again here
+			g.mu.Unlock()
+			continue
+		}
+		rw, err := g.readWriteTargets(ctx, st.Volume)
+		if err == nil && rw {
+			err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here still mount the copy read/write", st.Primary, st.Epoch))
+		}
+		if err != nil && !errors.Is(err, ports.ErrNotFound) {
+			g.log.Error("fence of a volume taken over failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
+			next = min(next, 100*time.Millisecond)
+			continue
+		}
+		g.mu.Lock()
+		delete(g.mine, st.Volume)
+		g.mu.Unlock()
+	}
+	return next
+}
+
+// readWriteTargets reports whether the volume's filesystem is mounted
+// read/write anywhere on this node but at its own mountpoint.
+func (g *Guard) readWriteTargets(ctx context.Context, id volume.ID) (bool, error) {
+	info, err := g.store.GetVolume(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	points, err := g.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range points {
+		if p == info.MountPath {
+			continue
+		}
+		if m, ok, err := g.mounts.MountAt(p); err == nil && ok && !m.ReadOnly {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // checkUnknown fences, once the node has tried to renew and does not hold
