@@ -242,7 +242,9 @@ func (o *Observer) Blind() { o.blind = true }
 // its own clock.
 func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Duration) {
 	ok, span := o.cfg.MayPromise(now, now)
-	if !ok || node == o.self {
+	if _, known := o.seen[node]; !ok || !known || node == o.self {
+		// Only a node whose lease this observer has read: a name nobody
+		// holds a lease for gets nothing (and takes no memory here).
 		return false, 0
 	}
 	if until := now + span + 2*o.cfg.Margin; until > o.promised[node] {

@@ -67,8 +67,12 @@ func TestANodePromisedIsNotTakenForLostBeforeThePromiseEnds(t *testing.T) {
 	if ok, _ := o.Promise("b", 9*s); ok {
 		t.Fatal("a node promised itself")
 	}
+	if ok, _ := o.Promise("stranger", 9*s); ok || len(o.promised) != 1 {
+		t.Fatalf("a node with no lease got a promise (%d promised)", len(o.promised))
+	}
 	// A shorter promise later never shortens an earlier one.
 	o2 := NewObserver(Config{Renew: s, Duration: 5 * s, Margin: s}, "b")
+	o2.Read(0, leases("a", "1"))
 	o2.Promise("a", 10*s)
 	o2.promised["a"] = 20 * s
 	o2.Promise("a", 11*s)
