@@ -247,11 +247,25 @@ func devices(points []string) (map[uint64]bool, error) {
 	return devs, nil
 }
 
-// placeholder reports whether p is a fence's placeholder: a read-only
-// tmpfs (the volume's own filesystem is never one).
+// placeholder reports whether the topmost mount at p is a fence's
+// placeholder (a tmpfs named ports.FencedMountSource), read from this
+// process's mount table: no request reaches a FUSE daemon, which a hung
+// zfs-fuse would never answer.
 func placeholder(p string) bool {
-	var fs unix.Statfs_t
-	return unix.Statfs(p, &fs) == nil && fs.Type == unix.TMPFS_MAGIC && fs.Flags&unix.ST_RDONLY != 0
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	top := false
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 2 || unescapeOctal(f[4]) != p {
+			continue
+		}
+		top = g[0] == "tmpfs" && g[1] == ports.FencedMountSource // later lines are mounted on top
+	}
+	return top
 }
 
 // statDev returns the device number of the filesystem path lies on,
