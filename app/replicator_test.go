@@ -382,9 +382,16 @@ func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 	}
 	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		a, c.state, c.net, c.events, zap.NewNop())
-	rctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_ = r.Run(rctx)
+	// Until the replica has decided and said so (a fixed window was a
+	// guess that a loaded machine could miss).
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(rctx); close(done) }()
+	c.eventually("the discard refused with an event", func() bool {
+		return strings.Contains(strings.Join(c.events.reasons(), ","), "DiscardBlocked")
+	})
+	cancel()
+	<-done
 	after, _ := a.ListSnapshots(ctx, volID)
 	var names []string
 	for _, s := range after {
