@@ -95,19 +95,11 @@ func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration,
 	}
 }
 
-// nodeLoss is the node-loss e2e: a pod appends to a replicated claim; the
-// primary's node is killed (kill: power loss) or cut off (cut: it runs on,
-// reaching nobody, and fences itself); the pod must run with its data on
-// the other copy's node within the goal, with never two active primaries,
-// at most about one snapshot interval of writes lost, and the node, back,
-// rejoins as a ready secondary. It prints the figures the README records.
-func nodeLoss(t *testing.T, fault string) {
-	ns := namespace(t)
-	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
-	pod, first := podOf(t, ns, "w", 120*time.Second)
-	vol := volumeOf(t, ns, "data-w-0")
-	waitReady(t, vol)
-	// Two more snapshots of the writes reach the secondary.
+// replicated waits until two more snapshots of the writes than the
+// primary on first has now reached another copy: that copy could take
+// over (a copy holding no snapshot never does).
+func replicated(t *testing.T, vol, first string) {
+	t.Helper()
 	base := primarySnapshot(t, vol, first)
 	eventually(t, "two more snapshots replicated", 60*time.Second, func() (bool, string) {
 		rv, err := getRV(t, vol)
@@ -121,6 +113,21 @@ func nodeLoss(t *testing.T, fault string) {
 		}
 		return false, fmt.Sprintf("%+v", rv.Status)
 	})
+}
+
+// nodeLoss is the node-loss e2e: a pod appends to a replicated claim; the
+// primary's node is killed (kill: power loss) or cut off (cut: it runs on,
+// reaching nobody, and fences itself); the pod must run with its data on
+// the other copy's node within the goal, with never two active primaries,
+// at most about one snapshot interval of writes lost, and the node, back,
+// rejoins as a ready secondary. It prints the figures the README records.
+func nodeLoss(t *testing.T, fault string) {
+	ns := namespace(t)
+	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
+	pod, first := podOf(t, ns, "w", 120*time.Second)
+	vol := volumeOf(t, ns, "data-w-0")
+	waitReady(t, vol)
+	replicated(t, vol, first)
 	restored := false
 	t.Cleanup(func() {
 		if !restored {
@@ -243,6 +250,9 @@ func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
 	pod, first := podOf(t, ns, "w", 120*time.Second)
 	vol := volumeOf(t, ns, "data-w-0")
 	waitReady(t, vol)
+	// The other copy holds snapshots: it could take over, so without its
+	// promise the primary would have to fence.
+	replicated(t, vol, first)
 	stopped := true
 	apiserverSignal(t, "STOP")
 	t.Cleanup(func() {
