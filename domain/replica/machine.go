@@ -181,7 +181,11 @@ type Fetch struct {
 	Target Snap
 }
 
-// Rollback: discard everything after To. First record To as this
+// Rollback: discard everything after To. When KeepAs is set, first copy
+// the volume as it is aside under that name (SnapshotStore.KeepAside: a
+// held copy outside the volumes, for an operator), raising an event that
+// names it; a copy that cannot be made (no space) stops the rollback,
+// which is retried: nothing is discarded unkept. Then record To as this
 // replica's snapshot in the shared state (Report, a compare-and-swap), so
 // that nobody counts a copy about to go, then roll back, with Reason
 // logged and raised as a RolledBack event (the discarded snapshots are
@@ -190,6 +194,9 @@ type Rollback struct {
 	To      Snap
 	Discard []Snap
 	Reason  string
+	// KeepAs names the copy kept aside ("" when nothing is kept): set
+	// when what goes may be a fenced term's writes (see keepAs).
+	KeepAs string
 }
 
 // Replace: the local copy shares nothing with the newest and is older.
@@ -599,7 +606,8 @@ func (m *Machine) decide() Action {
 			// volume's newest data. They are snapshotted, never discarded.
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
 		}
-		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's"}
+		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's",
+			KeepAs: m.keepAs(newest, nil, true)}
 	}
 	src, ok := ChooseSource(m.state, m.cfg.Self, m.avoid)
 	if ok && m.avoid[src.Node] {
@@ -628,7 +636,7 @@ func (m *Machine) decide() Action {
 		base := p.Base
 		return Fetch{Peer: src.Node, Base: &base, Target: p.Target}
 	case PlanRollbackIncremental:
-		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason}
+		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason, KeepAs: m.keepAs(p.Base, p.Discard, false)}
 	case PlanReplace:
 		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason}
 	case PlanConflict:
@@ -637,6 +645,45 @@ func (m *Machine) decide() Action {
 		}
 	}
 	return m.retention()
+}
+
+// keepAs names the copy a rollback to `to` keeps aside before it discards
+// `discard` (and, when changed, changes never snapshotted), or returns ""
+// when nothing is kept. A copy is kept when what goes may be writes the
+// volume holds nowhere else:
+//
+//   - a snapshot of an ended epoch (older than the state's): a fenced
+//     primary's history, which its successor never received. (It may
+//     also be an ancestor of the newest snapshot that the peer pruned: a
+//     copy kept for nothing, which costs space, never data.)
+//   - changes never snapshotted: a fenced primary's writes since its last
+//     snapshot. The state names only the current primary, so a replica
+//     restarted on a returned node cannot tell that it was the primary of
+//     the ended epoch; and a secondary is only ever received into, so
+//     changes on it are someone's writes too: they are kept as well.
+//
+// Snapshots of the current epoch alone (ancestors of the newest that the
+// peer pruned) are the volume's: nothing is kept for them.
+//
+// The name is stable while the decision stands, so a retried rollback
+// finds its copy made: the epoch it is decided in and the newest snapshot
+// the copy holds (the newest discarded, else the one rolled back to). Two
+// rollbacks of one epoch do not start from the same snapshot: after the
+// first, the replica receives newer ones before it could diverge again.
+func (m *Machine) keepAs(to Snap, discard []Snap, changed bool) string {
+	from, keep := to, changed
+	for _, s := range discard {
+		if s.Epoch < m.state.Epoch {
+			keep = true
+		}
+		if s.Newer(from) {
+			from = s
+		}
+	}
+	if !keep {
+		return ""
+	}
+	return fmt.Sprintf("fenced-e%d-%s", m.state.Epoch, SnapshotName(from))
 }
 
 // plannable is what the source holds that may be fetched: never a fenced
