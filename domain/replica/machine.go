@@ -205,12 +205,14 @@ type Rollback struct {
 // record that this replica holds nothing (a compare-and-swap: the old copy
 // is no longer counted) and only then destroy the old copy and move the
 // new one in place, raising a Replaced event. A failed transfer leaves the
-// old copy as it was.
+// old copy as it was. When KeepAs is set, the old copy is first kept
+// aside under that name, as for a Rollback.
 type Replace struct {
 	Peer    Node
 	Target  Snap
 	Discard []Snap
 	Reason  string
+	KeepAs  string
 }
 
 // TakeSnapshot: the primary snapshots the volume as Number of Epoch.
@@ -638,7 +640,7 @@ func (m *Machine) decide() Action {
 	case PlanRollbackIncremental:
 		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason, KeepAs: m.keepAs(p.Base, p.Discard, false)}
 	case PlanReplace:
-		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason}
+		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason, KeepAs: m.keepAs(Snap{}, p.Discard, false)}
 	case PlanConflict:
 		if m.alerted != p.Reason {
 			return Alert{Reason: p.Reason}
@@ -647,9 +649,11 @@ func (m *Machine) decide() Action {
 	return m.retention()
 }
 
-// keepAs names the copy a rollback to `to` keeps aside before it discards
-// `discard` (and, when changed, changes never snapshotted), or returns ""
-// when nothing is kept. A copy is kept when what goes may be writes the
+// keepAs names the copy a rollback to `to` (or a replacement, which keeps
+// nothing: to is zero) keeps aside before it discards `discard` (and,
+// when changed, changes never snapshotted), or returns "" when nothing is
+// kept. A replica that returns after its successor pruned their common
+// base is replaced rather than rolled back: the same rule applies. A copy is kept when what goes may be writes the
 // volume holds nowhere else:
 //
 //   - a snapshot of an ended epoch (older than the state's): a fenced

@@ -349,7 +349,11 @@ func describe(a Action) string {
 		}
 		return fmt.Sprintf("rollback to %v discarding %v%s: %s", a.To, a.Discard, keep, a.Reason)
 	case Replace:
-		return fmt.Sprintf("replace with %v from %s discarding %v: %s", a.Target, a.Peer, a.Discard, a.Reason)
+		keep := ""
+		if a.KeepAs != "" {
+			keep = " keeping " + a.KeepAs
+		}
+		return fmt.Sprintf("replace with %v from %s discarding %v%s: %s", a.Target, a.Peer, a.Discard, keep, a.Reason)
 	case TakeSnapshot:
 		return fmt.Sprintf("snapshot %d of epoch %d", a.Number, a.Epoch)
 	case StepDown:
