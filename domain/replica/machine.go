@@ -660,14 +660,19 @@ func (m *Machine) decide() Action {
 //     primary's history, which its successor never received. (It may
 //     also be an ancestor of the newest snapshot that the peer pruned: a
 //     copy kept for nothing, which costs space, never data.)
-//   - changes never snapshotted: a fenced primary's writes since its last
-//     snapshot. The state names only the current primary, so a replica
-//     restarted on a returned node cannot tell that it was the primary of
-//     the ended epoch; and a secondary is only ever received into, so
-//     changes on it are someone's writes too: they are kept as well.
+//   - changes never snapshotted on top of a snapshot of an ended epoch: a
+//     fenced primary's writes since its last snapshot. The state names
+//     only the current primary, so a replica restarted on a returned node
+//     cannot tell that it was the primary of the ended epoch: a secondary
+//     that had not yet received the new epoch's first snapshot when it
+//     changed is kept too (rare, and once per snapshot it starts from).
 //
-// Snapshots of the current epoch alone (ancestors of the newest that the
-// peer pruned) are the volume's: nothing is kept for them.
+// Changes on top of a snapshot of the current epoch are a secondary's
+// (the current epoch's primary snapshots its own), typically access times
+// that reads of a mounted secondary wrote: keeping a full copy for each
+// would fill the pool, and they are no one's writes; nor are snapshots of
+// the current epoch alone (ancestors of the newest that the peer pruned).
+// Nothing is kept for either.
 //
 // The name is stable while the decision stands, so a retried rollback
 // finds its copy made: the epoch it is decided in and the newest snapshot
@@ -675,7 +680,7 @@ func (m *Machine) decide() Action {
 // rollbacks of one epoch do not start from the same snapshot: after the
 // first, the replica receives newer ones before it could diverge again.
 func (m *Machine) keepAs(to Snap, discard []Snap, changed bool) string {
-	from, keep := to, changed
+	from, keep := to, changed && to.Epoch < m.state.Epoch
 	for _, s := range discard {
 		if s.Epoch < m.state.Epoch {
 			keep = true
