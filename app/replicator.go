@@ -82,6 +82,9 @@ type Replicator struct {
 	transfer   *Progress
 	// lastBlocked is the last DiscardBlocked message raised.
 	lastBlocked string
+	// lastKept is the last FencedWritesKept or FencedWritesNotKept
+	// message raised: a retried rollback does not raise it again.
+	lastKept string
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
 	// the estimate of a full stream's length, for the ETA.
 	peerSizes map[uint64]int64

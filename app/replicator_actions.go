@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -45,8 +46,17 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		return r.replace(ctx, a)
 	case replica.Rollback:
 		to := replica.SnapshotName(a.To)
-		if err := r.guardDiscard(ctx, to); err != nil {
+		// The copy kept aside snapshots the volume under KeepAs for a
+		// moment: not a snapshot that blocks the discard.
+		if err := r.guardDiscard(ctx, to, a.KeepAs); err != nil {
 			return err
+		}
+		if a.KeepAs != "" {
+			// A fenced term's writes are kept before anything is
+			// discarded; without the copy, nothing is.
+			if err := r.keepAside(ctx, a.KeepAs, a.Discard, "rolling back to "+to+": "+a.Reason); err != nil {
+				return err
+			}
 		}
 		// What remains is recorded first: nobody may count the copy about
 		// to go.
@@ -112,6 +122,41 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		return nil
 	}
 	return fmt.Errorf("unknown action %T", a)
+}
+
+// keepAside keeps the volume as it is, before a rollback discards a
+// fenced term's writes, in a copy an operator can inspect and drop
+// (SnapshotStore.KeepAside), named in a FencedWritesKept event. When the
+// copy cannot be made (no space in the pool), the rollback does not
+// happen: a FencedWritesNotKept event says why, and the action is retried
+// until space is freed.
+func (r *Replicator) keepAside(ctx context.Context, name string, discard []replica.Snap, what string) error {
+	kept, err := r.store.KeepAside(ctx, r.cfg.Volume, name)
+	var ev ports.Event
+	if err != nil {
+		hint := ""
+		if errors.Is(err, ports.ErrNoSpace) {
+			hint = "; free space in the pool (the copy needs about the volume's used space) and it is retried"
+		}
+		ev = ports.Event{Type: ports.EventWarning, Reason: "FencedWritesNotKept",
+			Message: fmt.Sprintf("replica on %s keeps its copy as it is: keeping what it would discard (%v) aside as %s failed: %v%s (it was %s)", r.cfg.Node, discarded(discard), name, err, hint, what)}
+		r.log.Error("fenced writes not kept aside: nothing is discarded", zap.String("name", name), zap.Error(err))
+	} else {
+		ev = ports.Event{Type: ports.EventWarning, Reason: "FencedWritesKept",
+			Message: fmt.Sprintf("replica on %s keeps what it is about to discard (%v) as %s (%d bytes); inspect: %s; drop: %s (it is %s)", r.cfg.Node, discarded(discard), kept.Name, kept.SizeBytes, kept.Inspect, kept.Drop, what)}
+		r.log.Warn("fenced writes kept aside", zap.String("copy", kept.Name), zap.Int64("bytes", kept.SizeBytes), zap.String("drop", kept.Drop))
+	}
+	r.mu.Lock()
+	repeated := r.lastKept == ev.Message
+	r.lastKept = ev.Message
+	r.mu.Unlock()
+	if !repeated { // once per situation, not on every retry
+		r.events.Record(ctx, r.cfg.Volume, ev)
+	}
+	if err != nil {
+		return fmt.Errorf("keeping the fenced writes aside as %s before discarding them: %w", name, err)
+	}
+	return nil
 }
 
 // update runs a domain rule on the volume's shared state by
@@ -247,8 +292,16 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 // copy stays; once it is complete, it records that this replica holds
 // nothing (so the old copy is no longer counted) and only then swaps.
 func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
-	if err := r.guardDiscard(ctx, ""); err != nil {
+	if err := r.guardDiscard(ctx, "", a.KeepAs); err != nil {
 		return err
+	}
+	if a.KeepAs != "" {
+		// Before a byte is received: without room for the copy, the old
+		// one stays as it is.
+		what := fmt.Sprintf("replacing its copy with %s from %s: %s", replica.SnapshotName(a.Target), a.Peer, a.Reason)
+		if err := r.keepAside(ctx, a.KeepAs, a.Discard, what); err != nil {
+			return err
+		}
 	}
 	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("stream", streamReplacement))
@@ -262,7 +315,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 	log.Info("fetching a full copy to replace the local one", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 	stop := p.logEvery(ctx, log, progressLogInterval)
 	err = r.store.ReceiveReplacement(ctx, r.cfg.Volume, r.paced(ctx, p, stream), func(ctx context.Context) error {
-		if err := r.guardDiscard(ctx, ""); err != nil {
+		if err := r.guardDiscard(ctx, "", a.KeepAs); err != nil {
 			return err
 		}
 		if err := r.update(ctx, func(s *replica.State) error { return replica.Report(s, r.cfg.Node, replica.Snap{}, false) }); err != nil {
@@ -469,7 +522,9 @@ func (r *Replicator) Terminate(ctx context.Context, volumeGone bool) error {
 // those after the snapshot named `after` for a rollback, or any at all
 // when the whole copy would go (after == ""). It raises an event, since
 // only an operator (or the snapshot's deletion) can settle it.
-func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
+//
+// A snapshot named in except is not counted (one Ferry makes for a moment).
+func (r *Replicator) guardDiscard(ctx context.Context, after string, except ...string) error {
 	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
 	if errors.Is(err, ports.ErrNotFound) {
 		return nil
@@ -491,7 +546,7 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string) error {
 	}
 	var foreign []string
 	for _, s := range list {
-		if _, _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) {
+		if _, _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) && !slices.Contains(except, s.Name) {
 			foreign = append(foreign, s.Name)
 		}
 	}

@@ -49,10 +49,13 @@ type cluster struct {
 	state  *fakecluster.Store
 	net    *faketransport.Network
 	stores map[replica.Node]*memstore.Store
-	events *events
-	cancel map[replica.Node]context.CancelFunc
-	done   map[replica.Node]chan struct{}
-	reps   map[replica.Node]*app.Replicator
+	// storeOverride is what n's volume manager uses instead of stores[n]
+	// (a wrapper of it), when set.
+	storeOverride map[replica.Node]ports.SnapshotStore
+	events        *events
+	cancel        map[replica.Node]context.CancelFunc
+	done          map[replica.Node]chan struct{}
+	reps          map[replica.Node]*app.Replicator
 	// recorder, when set, sees every write of the volume managers started.
 	recorder *recordingState
 }
@@ -120,7 +123,11 @@ func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
 	if c.recorder != nil {
 		state = c.recorder
 	}
-	r := app.NewReplicator(cfg, c.stores[n], state, c.net, c.events, zap.NewNop())
+	var store ports.SnapshotStore = c.stores[n]
+	if o, ok := c.storeOverride[n]; ok {
+		store = o
+	}
+	r := app.NewReplicator(cfg, store, state, c.net, c.events, zap.NewNop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()

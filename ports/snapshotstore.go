@@ -70,6 +70,17 @@ type SnapshotStore interface {
 	// snapshots newer than it. Only the replication core asks for this, and
 	// only with its reason logged.
 	Rollback(ctx context.Context, id volume.ID, name string) error
+	// KeepAside copies the volume as it is now (its newest data, changes
+	// never snapshotted included) into a copy of its own, named after
+	// name, outside the store's volumes: no listing of volumes or
+	// snapshots shows it, and neither a rollback nor the destruction of
+	// the volume touches it. The copy is protected against an accidental
+	// destruction (ZFS: a held snapshot) until an operator drops it.
+	// Called again with the same name, it returns the copy already made
+	// (whatever the volume holds since). ErrNoSpace when the pool cannot
+	// hold the copy: nothing is made. Only the replication core asks for
+	// this, before a rollback discards writes of a fenced primary.
+	KeepAside(ctx context.Context, id volume.ID, name string) (KeptCopy, error)
 
 	// Send streams snapshot req.To, incrementally from req.From when set.
 	// The caller must Close the stream; closing it early (or cancelling ctx)
@@ -163,6 +174,17 @@ type SnapshotInfo struct {
 	// restored from it.
 	SizeBytes int64
 	Metadata  map[string]string
+}
+
+// KeptCopy is a copy of a volume kept aside (SnapshotStore.KeepAside).
+type KeptCopy struct {
+	// Name is what an operator looks for (ZFS: the held dataset@snapshot).
+	Name string
+	// Inspect and Drop say, in the store's own terms, how to look at the
+	// copy and how to destroy it once it is no longer wanted.
+	Inspect, Drop string
+	// SizeBytes is what the copy references.
+	SizeBytes int64
 }
 
 // PoolCapacity is the space of the store's pool.

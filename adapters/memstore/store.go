@@ -22,6 +22,7 @@ type Store struct {
 	txg      uint64
 	guidSeed uint64
 	now      func() time.Time
+	kept     map[string]files // copies kept aside, by KeptCopy.Name
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -47,7 +48,7 @@ type snap struct {
 // totalBytes. guidSeed makes GUIDs distinct between stores that exchange
 // streams (use a different seed per simulated node).
 func New(dir string, totalBytes int64, guidSeed uint64) *Store {
-	return &Store{dir: dir, total: totalBytes, volumes: map[volume.ID]*vol{}, guidSeed: guidSeed << 32, now: time.Now}
+	return &Store{dir: dir, total: totalBytes, volumes: map[volume.ID]*vol{}, kept: map[string]files{}, guidSeed: guidSeed << 32, now: time.Now}
 }
 
 func (s *Store) path(id volume.ID) string { return filepath.Join(s.dir, string(id)) }
@@ -64,6 +65,9 @@ func (s *Store) lookup(id volume.ID) (*vol, error) {
 
 func (s *Store) reserved() int64 {
 	var n int64
+	for _, f := range s.kept {
+		n += f.size()
+	}
 	for _, v := range s.volumes {
 		n += v.capacity
 	}
@@ -214,4 +218,55 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// KeepAside keeps a copy of the volume's files, as they are now, in
+// memory: no volume, listed nowhere, and untouched by the volume's
+// rollbacks and destruction. It counts against the pool like a volume.
+func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports.KeptCopy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.lookup(id); err != nil {
+		return ports.KeptCopy{}, err
+	}
+	key := "kept/" + string(id) + "-" + name
+	if f, ok := s.kept[key]; ok {
+		return keptCopy(key, f), nil
+	}
+	f, err := readFiles(s.path(id))
+	if err != nil {
+		return ports.KeptCopy{}, err
+	}
+	if f.size() > s.total-s.reserved() {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %d bytes: %w", id, f.size(), ports.ErrNoSpace)
+	}
+	s.kept[key] = f
+	return keptCopy(key, f), nil
+}
+
+func keptCopy(key string, f files) ports.KeptCopy {
+	return ports.KeptCopy{Name: key, Inspect: "memstore: KeptFiles(" + key + ")", Drop: "memstore: DropKept(" + key + ")", SizeBytes: f.size()}
+}
+
+// KeptFiles returns the files of a copy kept aside (nil when none), by
+// KeptCopy.Name.
+func (s *Store) KeptFiles(name string) map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.kept[name]
+	if !ok {
+		return nil
+	}
+	out := make(map[string][]byte, len(f))
+	for k, v := range f {
+		out[k] = append([]byte(nil), v...)
+	}
+	return out
+}
+
+// DropKept forgets a copy kept aside, as an operator would destroy it.
+func (s *Store) DropKept(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.kept, name)
 }

@@ -181,7 +181,11 @@ type Fetch struct {
 	Target Snap
 }
 
-// Rollback: discard everything after To. First record To as this
+// Rollback: discard everything after To. When KeepAs is set, first copy
+// the volume as it is aside under that name (SnapshotStore.KeepAside: a
+// held copy outside the volumes, for an operator), raising an event that
+// names it; a copy that cannot be made (no space) stops the rollback,
+// which is retried: nothing is discarded unkept. Then record To as this
 // replica's snapshot in the shared state (Report, a compare-and-swap), so
 // that nobody counts a copy about to go, then roll back, with Reason
 // logged and raised as a RolledBack event (the discarded snapshots are
@@ -190,6 +194,9 @@ type Rollback struct {
 	To      Snap
 	Discard []Snap
 	Reason  string
+	// KeepAs names the copy kept aside ("" when nothing is kept): set
+	// when what goes may be a fenced term's writes (see keepAs).
+	KeepAs string
 }
 
 // Replace: the local copy shares nothing with the newest and is older.
@@ -198,12 +205,14 @@ type Rollback struct {
 // record that this replica holds nothing (a compare-and-swap: the old copy
 // is no longer counted) and only then destroy the old copy and move the
 // new one in place, raising a Replaced event. A failed transfer leaves the
-// old copy as it was.
+// old copy as it was. When KeepAs is set, the old copy is first kept
+// aside under that name, as for a Rollback.
 type Replace struct {
 	Peer    Node
 	Target  Snap
 	Discard []Snap
 	Reason  string
+	KeepAs  string
 }
 
 // TakeSnapshot: the primary snapshots the volume as Number of Epoch.
@@ -599,7 +608,8 @@ func (m *Machine) decide() Action {
 			// volume's newest data. They are snapshotted, never discarded.
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
 		}
-		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's"}
+		return Rollback{To: newest, Reason: "changed since its newest snapshot while not the primary of the current epoch: the changes are not the volume's",
+			KeepAs: m.keepAs(newest, nil, true)}
 	}
 	src, ok := ChooseSource(m.state, m.cfg.Self, m.avoid)
 	if ok && m.avoid[src.Node] {
@@ -628,15 +638,61 @@ func (m *Machine) decide() Action {
 		base := p.Base
 		return Fetch{Peer: src.Node, Base: &base, Target: p.Target}
 	case PlanRollbackIncremental:
-		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason}
+		return Rollback{To: p.Base, Discard: p.Discard, Reason: p.Reason, KeepAs: m.keepAs(p.Base, p.Discard, false)}
 	case PlanReplace:
-		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason}
+		return Replace{Peer: src.Node, Target: p.Target, Discard: p.Discard, Reason: p.Reason, KeepAs: m.keepAs(Snap{}, p.Discard, false)}
 	case PlanConflict:
 		if m.alerted != p.Reason {
 			return Alert{Reason: p.Reason}
 		}
 	}
 	return m.retention()
+}
+
+// keepAs names the copy a rollback to `to` (or a replacement, which keeps
+// nothing: to is zero) keeps aside before it discards `discard` (and,
+// when changed, changes never snapshotted), or returns "" when nothing is
+// kept. A replica that returns after its successor pruned their common
+// base is replaced rather than rolled back: the same rule applies. A copy is kept when what goes may be writes the
+// volume holds nowhere else:
+//
+//   - a snapshot of an ended epoch (older than the state's): a fenced
+//     primary's history, which its successor never received. (It may
+//     also be an ancestor of the newest snapshot that the peer pruned: a
+//     copy kept for nothing, which costs space, never data.)
+//   - changes never snapshotted on top of a snapshot of an ended epoch: a
+//     fenced primary's writes since its last snapshot. The state names
+//     only the current primary, so a replica restarted on a returned node
+//     cannot tell that it was the primary of the ended epoch: a secondary
+//     that had not yet received the new epoch's first snapshot when it
+//     changed is kept too (rare, and once per snapshot it starts from).
+//
+// Changes on top of a snapshot of the current epoch are a secondary's
+// (the current epoch's primary snapshots its own), typically access times
+// that reads of a mounted secondary wrote: keeping a full copy for each
+// would fill the pool, and they are no one's writes; nor are snapshots of
+// the current epoch alone (ancestors of the newest that the peer pruned).
+// Nothing is kept for either.
+//
+// The name is stable while the decision stands, so a retried rollback
+// finds its copy made: the epoch it is decided in and the newest snapshot
+// the copy holds (the newest discarded, else the one rolled back to). Two
+// rollbacks of one epoch do not start from the same snapshot: after the
+// first, the replica receives newer ones before it could diverge again.
+func (m *Machine) keepAs(to Snap, discard []Snap, changed bool) string {
+	from, keep := to, changed && to.Epoch < m.state.Epoch
+	for _, s := range discard {
+		if s.Epoch < m.state.Epoch {
+			keep = true
+		}
+		if s.Newer(from) {
+			from = s
+		}
+	}
+	if !keep {
+		return ""
+	}
+	return fmt.Sprintf("fenced-e%d-%s", m.state.Epoch, SnapshotName(from))
 }
 
 // plannable is what the source holds that may be fetched: never a fenced

@@ -343,9 +343,17 @@ func describe(a Action) string {
 		}
 		return fmt.Sprintf("fetch %v..%v from %s", *a.Base, a.Target, a.Peer)
 	case Rollback:
-		return fmt.Sprintf("rollback to %v discarding %v: %s", a.To, a.Discard, a.Reason)
+		keep := ""
+		if a.KeepAs != "" {
+			keep = " keeping " + a.KeepAs
+		}
+		return fmt.Sprintf("rollback to %v discarding %v%s: %s", a.To, a.Discard, keep, a.Reason)
 	case Replace:
-		return fmt.Sprintf("replace with %v from %s discarding %v: %s", a.Target, a.Peer, a.Discard, a.Reason)
+		keep := ""
+		if a.KeepAs != "" {
+			keep = " keeping " + a.KeepAs
+		}
+		return fmt.Sprintf("replace with %v from %s discarding %v%s: %s", a.Target, a.Peer, a.Discard, keep, a.Reason)
 	case TakeSnapshot:
 		return fmt.Sprintf("snapshot %d of epoch %d", a.Number, a.Epoch)
 	case StepDown:

@@ -148,6 +148,21 @@ func (mr *MockSnapshotStoreMockRecorder) GetVolume(ctx, id any) *gomock.Call {
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "GetVolume", reflect.TypeOf((*MockSnapshotStore)(nil).GetVolume), ctx, id)
 }
 
+// KeepAside mocks base method.
+func (m *MockSnapshotStore) KeepAside(ctx context.Context, id volume.ID, name string) (ports.KeptCopy, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "KeepAside", ctx, id, name)
+	ret0, _ := ret[0].(ports.KeptCopy)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// KeepAside indicates an expected call of KeepAside.
+func (mr *MockSnapshotStoreMockRecorder) KeepAside(ctx, id, name any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "KeepAside", reflect.TypeOf((*MockSnapshotStore)(nil).KeepAside), ctx, id, name)
+}
+
 // ListSnapshots mocks base method.
 func (m *MockSnapshotStore) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error) {
 	m.ctrl.T.Helper()

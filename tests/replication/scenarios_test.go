@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
@@ -200,6 +201,28 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	if dir, _ := c.mountPath("a"); fileExists(dir + "/lost.bin") {
 		t.Error("the write b never saw survived on a")
 	}
+	// ... but not lost: kept aside before the rollback, held, beside
+	// Ferry's parent dataset, and named in an event.
+	if !c.logHas("a", `"reason":"FencedWritesKept"`) {
+		t.Error("no FencedWritesKept event was raised")
+	}
+	root := stores["a"].KeptRoot()
+	t.Cleanup(func() { dropKept(t, root) })
+	kept := keptSnapshots(root)
+	if len(kept) != 1 {
+		t.Fatalf("copies kept aside under %s: %v, want one", root, kept)
+	}
+	dataset, _, _ := strings.Cut(kept[0], "@")
+	dir := t.TempDir()
+	if out, err := exec.Command("zfs", "set", "mountpoint="+dir, dataset).CombinedOutput(); err != nil {
+		t.Fatalf("mounting the kept copy: %v: %s", err, out)
+	}
+	if !fileExists(dir + "/lost.bin") {
+		t.Errorf("the copy kept aside, %s, lacks the write b never saw", kept[0])
+	}
+	if out, err := exec.Command("zfs", "set", "mountpoint=none", dataset).CombinedOutput(); err != nil {
+		t.Errorf("unmounting the kept copy: %v: %s", err, out)
+	}
 	st, _ = c.state.Get(ctx, c.id)
 	if err := st.Validate(); err != nil || st.Primary != "b" {
 		t.Fatalf("state %+v: %v", st, err)
@@ -292,6 +315,28 @@ func TestAPeerAskingForAForeignDatasetOrAPathIsRefusedAndLogged(t *testing.T) {
 	c.eventually("a logged both refusals with the peer's certificate name", 20*time.Second, func() bool {
 		return c.logHas("a", "peer request refused", "not owned", "node-b") && c.logHas("a", "peer request refused", "../../etc")
 	})
+}
+
+// keptSnapshots lists the snapshots of the copies kept aside under root.
+func keptSnapshots(root string) []string {
+	out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", root).Output()
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(out))
+}
+
+// dropKept releases and destroys every copy kept aside under root, as an
+// operator would (the pools outlive one scenario).
+func dropKept(t *testing.T, root string) {
+	for _, s := range keptSnapshots(root) {
+		if out, err := exec.Command("zfs", "release", zfs.FencedHold, s).CombinedOutput(); err != nil {
+			t.Errorf("zfs release %s: %v: %s", s, err, out)
+		}
+	}
+	if out, err := exec.Command("zfs", "destroy", "-r", root).CombinedOutput(); err != nil && !strings.Contains(string(out), "does not exist") {
+		t.Errorf("zfs destroy -r %s: %v: %s", root, err, out)
+	}
 }
 
 func fileExists(p string) bool { return exec.Command("test", "-e", p).Run() == nil }

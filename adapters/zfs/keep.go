@@ -1,0 +1,126 @@
+package zfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// FencedHold is the tag of the hold on every copy kept aside: `zfs destroy`
+// refuses the snapshot until `zfs release ferry-fenced` lifts it.
+const FencedHold = "ferry-fenced"
+
+// KeptRoot is the dataset under which copies are kept aside: beside the
+// parent dataset, never under it ("<pool>/<parent>-fenced"; on a store
+// that owns the whole pool, "<pool>/ferry-fenced"), so that no listing of
+// volumes sees them and nothing Ferry destroys reaches them. It is not
+// mounted (mountpoint=none, which the copies inherit).
+func (s *Store) KeptRoot() string {
+	if s.root == s.cfg.Pool {
+		return s.cfg.Pool + "/ferry-fenced"
+	}
+	return s.root + "-fenced"
+}
+
+// KeepAside implements ports.SnapshotStore: it snapshots the volume as
+// <vol>@<name>, copies that snapshot with a full `zfs send | zfs recv`
+// (independent of the volume's later rollbacks and retention) into
+// <KeptRoot>/<vol>-<name>, read-only and unmounted, holds the received
+// snapshot (FencedHold), and destroys its snapshot on the volume again.
+func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports.KeptCopy, error) {
+	info, err := s.GetVolume(ctx, id)
+	if err != nil {
+		return ports.KeptCopy{}, err
+	}
+	dest := s.KeptRoot() + "/" + string(id) + "-" + name
+	snap := dest + "@" + name
+	if len(snap) > 255 {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %q is longer than ZFS's 255 bytes: %w", id, snap, ports.ErrInvalid)
+	}
+	temp := s.snapshot(id, name)
+	if kept, err := s.kept(ctx, dest, snap); err == nil {
+		// Made by an earlier call: its snapshot on the volume may be left.
+		return kept, s.destroySnapshotIfExists(ctx, temp)
+	}
+	// A full copy needs what the volume references; the pool's free space
+	// (outside every volume's reservation) must hold it.
+	rows, err := s.get(ctx, s.cfg.Pool)
+	if err != nil {
+		return ports.KeptCopy{}, err
+	}
+	if avail := rows[0].int64("available"); info.UsedBytes > avail {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: a copy needs %d bytes, the pool has %d: %w", id, info.UsedBytes, avail, ports.ErrNoSpace)
+	}
+	if _, err := s.run.zfs(ctx, "create", "-p", "-o", "mountpoint=none", s.KeptRoot()); err != nil && !errors.Is(err, ports.ErrExists) {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %s: %w", id, s.KeptRoot(), err)
+	}
+	// Whatever an interrupted attempt left goes: the copy is made again
+	// from the volume as it is now.
+	if err := s.destroyIfExists(ctx, dest); err != nil {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: clearing an earlier attempt: %w", id, err)
+	}
+	if err := s.destroySnapshotIfExists(ctx, temp); err != nil {
+		return ports.KeptCopy{}, err
+	}
+	if _, err := s.run.zfs(ctx, "snapshot", temp); err != nil {
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %w", id, err)
+	}
+	fail := func(err error) (ports.KeptCopy, error) {
+		cctx := context.WithoutCancel(ctx)
+		if derr := s.destroyIfExists(cctx, dest); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		if derr := s.destroySnapshotIfExists(cctx, temp); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %w", id, err)
+	}
+	stream, err := s.run.stream(ctx, "send", temp)
+	if err != nil {
+		return fail(err)
+	}
+	err = s.recv(ctx, id, dest, stream)
+	_ = stream.Close()
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := s.run.zfs(ctx, "set", "readonly=on", dest); err != nil {
+		return fail(err)
+	}
+	if _, err := s.run.zfs(ctx, "hold", FencedHold, snap); err != nil && !errors.Is(err, ports.ErrExists) {
+		return fail(err)
+	}
+	if err := s.destroySnapshotIfExists(ctx, temp); err != nil {
+		return ports.KeptCopy{}, err
+	}
+	return s.kept(ctx, dest, snap)
+}
+
+// kept describes a copy kept aside, once complete: its snapshot exists
+// (a receive creates it last) and is held.
+func (s *Store) kept(ctx context.Context, dest, snap string) (ports.KeptCopy, error) {
+	rows, err := s.get(ctx, snap)
+	if err != nil {
+		return ports.KeptCopy{}, err
+	}
+	if _, err := s.run.zfs(ctx, "hold", FencedHold, snap); err != nil && !errors.Is(err, ports.ErrExists) {
+		return ports.KeptCopy{}, err
+	}
+	return ports.KeptCopy{
+		Name:      snap,
+		Inspect:   fmt.Sprintf("zfs set mountpoint=<dir> %s (read-only)", dest),
+		Drop:      fmt.Sprintf("zfs release %s %s; zfs destroy -r %s", FencedHold, snap, dest),
+		SizeBytes: rows[0].int64("referenced"),
+	}, nil
+}
+
+// destroySnapshotIfExists destroys one snapshot; a missing one is fine.
+func (s *Store) destroySnapshotIfExists(ctx context.Context, snap string) error {
+	if _, err := s.run.zfs(ctx, "destroy", snap); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return fmt.Errorf("destroying %s: %w", snap, err)
+	}
+	return nil
+}
