@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,15 +123,36 @@ func run(m *testing.M) int {
 	return code
 }
 
-// freePort returns a free 127.0.0.1 port.
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
+
+// freePort returns a 127.0.0.1 port free now, below the kernel's
+// ephemeral range (32768 and up here): a volume manager binds it later,
+// maybe again after a restart, and a port the kernel may hand to any
+// outgoing connection meanwhile (":0") was taken under load ("address
+// already in use", seen once while a cluster ran next to the tests). No
+// port is handed out twice by this process.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for i := 0; i < 1000; i++ {
+		p := 20000 + rand.IntN(12000)
+		if portsUsed[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsUsed[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // volumeCluster is one volume's three volume managers and their state.
