@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -263,9 +264,11 @@ func writeRSAKey(path string) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-// freePorts asks the kernel for n free loopback ports. Another process
-// could take one before the server binds it; the server then fails to
-// start and says so in its log.
+// freePorts returns n loopback ports free now, picked below the kernel's
+// ephemeral range (32768 and up): a port from ":0" can be handed to any
+// outgoing connection before etcd or the server binds it, which a busy
+// machine does. Another process could still bind one meanwhile; the
+// server then fails to start and says so in its log.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -274,10 +277,13 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no %d free ports below the ephemeral range", n)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+mrand.IntN(12000)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
