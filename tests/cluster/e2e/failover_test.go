@@ -222,6 +222,18 @@ func nodeLoss(t *testing.T, fault string) {
 	if n := hostLast(t, first, vol); n < resumed {
 		t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
 	}
+	// What the lost node wrote after the copy the survivor holds was kept
+	// aside on that node before its copy was rolled back, and the event
+	// names it.
+	if lastOld > resumed {
+		out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", "ferry-"+first+"/ferry-fenced").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), vol) {
+			t.Errorf("no copy of the fenced writes kept on %s: %v %s", first, err, out)
+		}
+		if ev, _ := kubectl(t, "", "get", "events", "-A", "--field-selector", "involvedObject.name="+vol, "-o", "jsonpath={.items[*].reason}"); !strings.Contains(ev, "FencedWritesKept") {
+			t.Errorf("no FencedWritesKept event for %s: %s", vol, ev)
+		}
+	}
 }
 
 func TestNodeLossKilledPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "kill") }
