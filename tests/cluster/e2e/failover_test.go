@@ -17,37 +17,11 @@ import (
 // resumes after the last number its copy holds and records where it
 // resumed in /data/resumed.
 func writerSetYAML(name string) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: %[1]s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: %[1]s}}
-  serviceName: %[1]s
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: c
-        image: ferry-test:dev
-        imagePullPolicy: Never
-        command:
-        - sh
-        - -c
-        - |
+	return statefulSetRunning(name, ` |
           n=$(tail -n 1 /data/log 2>/dev/null); n=${n:-0}
           echo "$n" >> /data/resumed
           exec 3>>/data/log
-          while :; do n=$((n+1)); echo $n >&3; sleep 0.05; done
-        volumeMounts: [{name: data, mountPath: /data}]
-  volumeClaimTemplates:
-  - metadata: {name: data}
-    spec:
-      accessModes: [ReadWriteOnce]
-      storageClassName: ferry-rf2
-      resources: {requests: {storage: 64Mi}}
-`, name)
+          while :; do n=$((n+1)); echo $n >&3; sleep 0.05; done`)
 }
 
 // nodeFault runs tests/cluster/node.sh.
@@ -161,13 +135,21 @@ func nodeLoss(t *testing.T, fault string) {
 	// nothing writes it any more; after a cut the fence stopped the writer.
 	lastOld := hostLast(t, first, vol)
 	if fault == "cut" {
-		eventually(t, "the fenced node's copy stops growing", 10*time.Second, func() (bool, string) {
-			a := hostLast(t, first, vol)
-			time.Sleep(500 * time.Millisecond)
-			b := hostLast(t, first, vol)
-			lastOld = b
-			return a == b, fmt.Sprintf("%d then %d: a writer still runs on %s", a, b, first)
+		// While the new pod, writing at the same pace, appends ten more
+		// numbers, the fenced node's copy does not grow.
+		newLast := func() int {
+			out, _ := kubectl(t, "", "-n", ns, "exec", pod, "--", "tail", "-n", "1", "/data/log")
+			n, _ := strconv.Atoi(strings.TrimSpace(out))
+			return n
+		}
+		from := newLast()
+		eventually(t, "the new pod appends ten numbers", 30*time.Second, func() (bool, string) {
+			n := newLast()
+			return n >= from+10, fmt.Sprintf("at %d, from %d", n, from)
 		})
+		if now := hostLast(t, first, vol); now != lastOld {
+			t.Fatalf("the fenced node's copy grew from %d to %d: a writer still runs on %s", lastOld, now, first)
+		}
 	}
 	// Writes made before the fault and not on the new primary: at most one
 	// snapshot interval (2 s) and the transfer in flight. A node cut off
@@ -285,8 +267,22 @@ func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
 	}
 	apiserverSignal(t, "CONT")
 	stopped = false
-	// Well past duration + margin after the server is back.
-	time.Sleep(10 * time.Second)
+	// Long enough after the server is back for any takeover to have come
+	// (duration + margin, 5.5 s): the primary reports four more
+	// snapshots, 8 s at the 2 s interval.
+	base := primarySnapshot(t, vol, first)
+	eventually(t, "four more snapshots reported after the outage", 60*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range rv.Status.Replicas {
+			if r.Node == rv.Status.Primary && r.Snapshot >= base+4 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", rv.Status)
+	})
 	after, err := getRV(t, vol)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,13 @@ import (
 // statefulSetYAML is one pod of a StatefulSet with a replicated claim
 // (ferry-rf2) mounted at /data.
 func statefulSetYAML(name string) string {
+	return statefulSetRunning(name, ` "sleep 100000"`)
+}
+
+// statefulSetRunning is that StatefulSet with its container running
+// `sh -c` with script (YAML: a flow scalar after a space, or a block
+// scalar on lines of its own).
+func statefulSetRunning(name, script string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: StatefulSet
 metadata: {name: %[1]s}
@@ -27,7 +34,10 @@ spec:
       - name: c
         image: ferry-test:dev
         imagePullPolicy: Never
-        command: [sh, -c, "sleep 100000"]
+        command:
+        - sh
+        - -c
+        -%[2]s
         volumeMounts: [{name: data, mountPath: /data}]
   volumeClaimTemplates:
   - metadata: {name: data}
@@ -35,7 +45,7 @@ spec:
       accessModes: [ReadWriteOnce]
       storageClassName: ferry-rf2
       resources: {requests: {storage: 64Mi}}
-`, name)
+`, name, script)
 }
 
 // deploymentYAML is a Deployment of one pod with strategy Recreate (the
