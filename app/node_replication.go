@@ -21,12 +21,23 @@ type NodeReplication struct {
 	Control  ports.ReplicaControl
 	Workload ports.ReplicaWorkload
 	Events   ports.EventRecorder
+	// Takers acknowledges, once the replica here is the primary and before
+	// the pod mounts it, the copies that may take the volume over after a
+	// loss of this node (failover.Takers); nil without node-loss failover.
+	Takers TakerAcknowledger
 	// Wait is how long a read/write publish waits for the replica to
 	// become the primary (another node's pod may still hold the volume: a
 	// rolling update overlaps two pods) before answering Aborted so that
 	// the kubelet retries; and how long an unpublish waits for the final
 	// snapshot. DefaultHandoverWait when 0.
 	Wait time.Duration
+}
+
+// TakerAcknowledger acknowledges the copies that may take volume id over
+// from its active primary here (replica.Acknowledge), recording them where
+// this node's fence reads them first.
+type TakerAcknowledger interface {
+	Acknowledge(ctx context.Context, id volume.ID) error
 }
 
 // DefaultHandoverWait is NodeReplication.Wait's default.
@@ -109,6 +120,15 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		}
 		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PublishWaiting", Message: err.Error()})
 		return err
+	}
+	// The copies that may take over are acknowledged before the pod
+	// writes: until then none may (the volume would wait for this node
+	// after its loss). A failure is retried by the guard every lease
+	// period; the pod is not held back for it.
+	if n.repl.Takers != nil {
+		if err := n.repl.Takers.Acknowledge(ctx, id); err != nil {
+			log.Warn("takers not acknowledged yet: until they are, a loss of this node waits for it", zap.Error(err))
+		}
 	}
 	// What the replica received while a secondary must be what the pod
 	// reads: a remount drops file pages a FUSE-based ZFS kept cached from

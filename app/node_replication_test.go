@@ -174,7 +174,7 @@ func TestAnUnfinishedReleaseFailsTheUnpublish(t *testing.T) {
 // (no other pod here uses it).
 func TestAPublishAfterATakeoverRemountsAlthoughTheReplicaIsAlreadyActive(t *testing.T) {
 	r := newReplNode(t)
-	if _, err := r.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+	if _, err := r.states.Update(ctx, "v", func(s *replica.State) error { return ackThenTakeover(s, cfg.Node, "node-2", 1) }); err != nil {
 		t.Fatal(err)
 	}
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)

@@ -255,7 +255,7 @@ func TestADivergedOldPrimaryIsRolledBackWithAnEventAndResyncs(t *testing.T) {
 	})
 	// a is lost: b takes over in a new epoch and writes v3.
 	c.stop("a")
-	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return replica.Takeover(s, "b", "a", 1) }); err != nil {
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return ackThenTakeover(s, "b", "a", 1) }); err != nil {
 		t.Fatal(err)
 	}
 	c.start("b")
@@ -733,4 +733,14 @@ func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testi
 	if _, err := store.GetVolume(ctx, "plain"); err != nil {
 		t.Fatalf("the unreplicated copy was destroyed: %v", err)
 	}
+}
+
+// ackThenTakeover is a survivor's takeover of lost's volume by node,
+// lost's guard having acknowledged every copy holding a snapshot as a
+// taker before (the daemon does; the tests here run no daemon).
+func ackThenTakeover(s *replica.State, node, lost replica.Node, lag uint64) error {
+	if err := replica.Acknowledge(s, lost, s.Epoch, replica.Candidates(*s, lost)); err != nil {
+		return err
+	}
+	return replica.Takeover(s, node, lost, lag)
 }

@@ -37,7 +37,7 @@ func primaryState(vol volume.ID, primary replica.Node, others ...replica.Node) r
 	st := replica.State{Volume: vol, ReplicationFactor: 1 + len(others), Epoch: 3, Primary: primary,
 		Replicas: []replica.Replica{{Node: primary, Snapshot: 7, SnapshotEpoch: 3, Ready: true, Active: true}}}
 	for _, o := range others {
-		st.Replicas = append(st.Replicas, replica.Replica{Node: o, Snapshot: 7, SnapshotEpoch: 3, Ready: true})
+		st.Replicas = append(st.Replicas, replica.Replica{Node: o, Snapshot: 7, SnapshotEpoch: 3, Ready: true, Taker: true})
 	}
 	return st
 }
@@ -59,7 +59,7 @@ func TestTheGuardFencesAPrimaryOnlyOnceTheLeaseRanOutAndOnlyWhereAnotherNodeCoul
 	vols.Saw(primaryState("elsewhere", "b", "a"))
 	// Every local copy is known to the view: no fence of an unknown one.
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}, {ID: "single"}, {ID: "elsewhere"}}, nil).AnyTimes()
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nopEvents{}, zap.NewNop())
 	ctx := context.Background()
 
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)
@@ -101,10 +101,10 @@ func TestTheGuardWritesOnPromisesWithoutItsLease(t *testing.T) {
 	clock := &fakeClock{now: 10 * time.Second} // never renewed
 	vols := NewVolumes()
 	vols.Saw(primaryState("rep", "a", "b", "c"))
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, mocks.NewMockNodeLease(ctrl), vols,
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, mocks.NewMockNodeLease(ctrl), vols, NewTakers("a", nil, zap.NewNop()),
 		mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nopEvents{}, zap.NewNop())
 	g.Promised(liveness.Promise{From: "b", Until: 14 * time.Second}, liveness.Promise{From: "c", Until: 13 * time.Second})
-	if v := g.Writable(primaryState("rep", "a", "b", "c")); !v.MayWrite || v.Until != 13*time.Second {
+	if v := g.Writable("rep"); !v.MayWrite || v.Until != 13*time.Second {
 		t.Fatalf("%+v", v)
 	}
 	g.Check(context.Background()) // no fence: the mocks expect nothing
@@ -243,7 +243,7 @@ func TestTheGuardAsksTheTakersForPromisesWhenARenewalFails(t *testing.T) {
 	vols := NewVolumes()
 	vols.Saw(primaryState("rep", "a", "b"))
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nopEvents{}, zap.NewNop())
 	granting := true
 	var asked []replica.Node
 	g.AskPromises(askerFunc(func(node, asker replica.Node) (bool, time.Duration, error) {
@@ -325,7 +325,7 @@ func TestTheGuardFencesAVolumeTakenOverFromUnderAPodHere(t *testing.T) {
 	mounts := mocks.NewMockMountTable(ctrl)
 	fencer := mocks.NewMockFencer(ctrl)
 	vols := NewVolumes()
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nopEvents{}, zap.NewNop())
 	ctx := context.Background()
 	_ = g.RenewOnce(ctx)
 	info := func(id string) ports.VolumeInfo {

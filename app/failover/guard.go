@@ -27,6 +27,7 @@ type Guard struct {
 	clock   Clock
 	lease   ports.NodeLease
 	volumes *Volumes
+	takers  *Takers
 	store   ports.SnapshotStore
 	mounts  ports.MountTable
 	fencer  ports.Fencer
@@ -44,8 +45,12 @@ type Guard struct {
 }
 
 // NewGuard returns the guard of cfg.Node.
-func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Guard {
-	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, store: store, mounts: mounts, fencer: fencer,
+// Its fences cover the terms of takers (every volume whose primary here
+// acknowledged a node that may take it over); volumes is its view of the
+// shared state, which it folds into takers and reads to acknowledge the
+// copies that report.
+func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Guard {
+	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, mine: map[volume.ID]bool{}}
 }
 
@@ -58,6 +63,7 @@ func (g *Guard) AskPromises(a ports.PromiseAsker) { g.asker = a }
 // hanging on a broken link never delays a fence.
 func (g *Guard) Run(ctx context.Context) {
 	go g.renewals(ctx)
+	go g.acknowledgements(ctx)
 	for {
 		next := g.Check(ctx)
 		t := time.NewTimer(next)
@@ -98,6 +104,39 @@ func (g *Guard) renewals(ctx context.Context) {
 	}
 }
 
+// acknowledgements acknowledges, every Renew, the copies that reported a
+// snapshot of a volume whose active primary is here as its takers (apart
+// from the checks: a write hanging on a broken link never delays a
+// fence). Until then such a copy may not take over: it waits.
+func (g *Guard) acknowledgements(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Lease.Renew)
+	defer t.Stop()
+	for {
+		g.AcknowledgeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// AcknowledgeOnce acknowledges the takers of every volume the view shows
+// with its active primary here and a copy not yet acknowledged.
+func (g *Guard) AcknowledgeOnce(ctx context.Context) {
+	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
+		if len(replica.Candidates(st, g.cfg.Node)) == 0 {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, g.cfg.Lease.Renew)
+		err := g.takers.Acknowledge(actx, st.Volume)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("takers not acknowledged; a copy not acknowledged may not take over", zap.String("volume", string(st.Volume)), zap.Error(err))
+		}
+	}
+}
+
 // RenewOnce sends one renewal; accepted, the lease is held until
 // Duration - Margin after it was sent.
 func (g *Guard) RenewOnce(ctx context.Context) error {
@@ -125,22 +164,17 @@ func (g *Guard) RenewOnce(ctx context.Context) error {
 	return nil
 }
 
-// AskPromisesOnce asks every node that could take one of the volumes
-// whose primary is here over for its promise, all at once, each answer
+// AskPromisesOnce asks every node acknowledged as a taker of a volume
+// whose primary is here (Takers) for its promise, all at once, each answer
 // bounded by a renewal period; a promise granted runs from the request's
 // send time on this node's clock.
 func (g *Guard) AskPromisesOnce(ctx context.Context) {
 	if g.asker == nil {
 		return
 	}
-	takers := map[replica.Node]bool{}
-	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
-		for _, t := range liveness.TakersOf(st, g.cfg.Node) {
-			takers[t] = true
-		}
-	}
+	g.takers.Learn(g.volumes.All()...)
 	var wg sync.WaitGroup
-	for t := range takers {
+	for _, t := range g.takers.All() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -177,27 +211,35 @@ func (g *Guard) Promised(ps ...liveness.Promise) {
 	g.promises = append(kept, ps...)
 }
 
-// Writable says whether the primaries of volumes here may write now (the
-// node holds its lease or every taker's promise), and why not.
-func (g *Guard) Writable(st replica.State) liveness.Verdict {
+// Writable says whether the primary of volume id here may write now (the
+// node holds its lease, or every taker acknowledged promised), and why
+// not.
+func (g *Guard) Writable(id volume.ID) liveness.Verdict {
+	g.takers.Learn(g.volumes.All()...)
+	takers := g.takers.Of(id)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.verdict(st)
+	return g.verdict(takers)
 }
 
-func (g *Guard) verdict(st replica.State) liveness.Verdict {
-	return liveness.Decide(liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: g.promises}, liveness.TakersOf(st, g.cfg.Node))
+func (g *Guard) verdict(takers []replica.Node) liveness.Verdict {
+	return liveness.Decide(liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: g.promises}, takers)
 }
 
 // Check fences every primary here that may no longer write and is not
-// fenced yet, and returns when to check again at the latest.
+// fenced yet, and returns when to check again at the latest. The
+// primaries it judges are the terms of Takers (the view folded in first):
+// a volume whose primary here acknowledged nobody cannot be taken over,
+// so it writes on.
 func (g *Guard) Check(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	next = min(next, g.checkUnknown(ctx))
 	next = min(next, g.checkTakenOver(ctx))
-	for _, st := range g.volumes.PrimaryOn(g.cfg.Node) {
+	g.takers.Learn(g.volumes.All()...)
+	for _, term := range g.takers.Terms() {
+		st := replica.State{Volume: term.Volume}
 		g.mu.Lock()
-		v := g.verdict(st)
+		v := g.verdict(term.Takers)
 		why, done := g.fenced[st.Volume]
 		if v.MayWrite && done {
 			delete(g.fenced, st.Volume)
@@ -215,6 +257,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		}
 		if err := g.fence(ctx, st.Volume, v.Reason); errors.Is(err, ports.ErrNotFound) {
 			g.volumes.Gone(st.Volume) // no copy here (any more): nothing writes it
+			g.takers.Forget(st.Volume)
 			continue
 		} else if err != nil {
 			g.log.Error("fence failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))

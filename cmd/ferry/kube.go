@@ -32,7 +32,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -62,10 +62,10 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 	vols := failover.NewVolumes()
 	var guard *failover.Guard
 	var survivor *failover.Survivor
-	if o.PeerAdvertise != "" {
+	if takers != nil {
 		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
 		pub.Duration = o.LeaseDuration
-		guard = failover.NewGuard(fcfg, clock, pub, vols, store, mounts, fencer, events, log.Named("guard"))
+		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, store,
 			lostnode.New(kube, o.DriverName), events, log.Named("survivor"))
 		relay.set(survivor.Promise)
@@ -238,7 +238,7 @@ func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.In
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder) error {
+func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder, takers *failover.Takers) error {
 	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
 		return nil
 	}
@@ -250,12 +250,30 @@ func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder) error 
 	if err != nil {
 		return err
 	}
-	n.EnableReplication(app.NodeReplication{
+	r := app.NodeReplication{
 		Cluster:  rvstate.New(dyn, nil),
 		Control:  replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
 		Workload: workload.New(kube, dyn, tpl),
 		Events:   events,
 		Wait:     o.HandoverWait,
-	})
+	}
+	if takers != nil {
+		r.Takers = takers
+	}
+	n.EnableReplication(r)
 	return nil
+}
+
+// daemonTakers are the node's acknowledged takers (failover.Takers) when
+// it takes part in node-loss failover (--cluster-state kubernetes with
+// --peer-advertise: a lease, a guard and a survivor); nil otherwise.
+func daemonTakers(o *Options, log *zap.Logger) (*failover.Takers, error) {
+	if o.ClusterState != "kubernetes" || o.PeerAdvertise == "" {
+		return nil, nil
+	}
+	_, dyn, err := kubeClients(o, "takers")
+	if err != nil {
+		return nil, err
+	}
+	return failover.NewTakers(replica.Node(o.NodeID), rvstate.New(dyn, nil), log.Named("takers")), nil
 }

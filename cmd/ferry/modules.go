@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/registration"
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -154,6 +155,10 @@ func daemonApp(o *Options) fx.Option {
 				return svc, nil
 			},
 			csiServer,
+			// The copies that may take this node's primaries over, as the
+			// publish and the guard acknowledge them (nil without node-loss
+			// failover).
+			func(log *zap.Logger) (*failover.Takers, error) { return daemonTakers(o, log) },
 		),
 		fx.Invoke(
 			func(*csi.Server) {},
@@ -166,11 +171,13 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) error {
-				return daemonKube(lc, o, s, mt, newFencer(), relay, events, log)
+			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) error {
+				return daemonKube(lc, o, s, mt, newFencer(), relay, events, takers, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
-			func(uc *app.Node, events ports.EventRecorder) error { return nodeReplication(o, uc, events) },
+			func(uc *app.Node, events ports.EventRecorder, takers *failover.Takers) error {
+				return nodeReplication(o, uc, events, takers)
+			},
 		),
 	)
 }

@@ -89,8 +89,9 @@ type Verdict struct {
 }
 
 // Decide says whether the primaries of a node may keep writing: while it
-// holds its lease, or while every node in takers (every node that could
-// take one of its volumes over: TakersOf) promised past now. Otherwise
+// holds its lease, or while every node in takers (every node that may
+// take one of its volumes over: the takers its Ledger acknowledged)
+// promised past now. Otherwise
 // it must fence them: stop their writers, then unmount.
 func Decide(st Standing, takers []replica.Node) Verdict {
 	if st.Now < st.LeaseUntil {
@@ -130,22 +131,10 @@ func (c Config) MayPromise(heard, now time.Duration) (bool, time.Duration) {
 	return true, c.Duration - c.Margin
 }
 
-// TakersOf are the nodes that could take over from lost in s: every
-// listed replica but lost's that holds a snapshot. A primary without a
-// lease needs each one's promise to keep writing.
-func TakersOf(s replica.State, lost replica.Node) []replica.Node {
-	var out []replica.Node
-	for _, r := range s.Replicas {
-		if r.Node != lost && r.Snapshot != 0 {
-			out = append(out, r.Node)
-		}
-	}
-	return out
-}
-
 // Successor is the node whose daemon takes s over from its lost primary:
-// the replica replica.Takeover would accept (ready within lag, holding
-// the newest snapshot among the others, what they are receiving counted),
+// the replica replica.Takeover would accept (acknowledged by the lost
+// primary as a taker, ready within lag, holding the newest snapshot among
+// the others, what they are receiving counted),
 // ties broken by node name so that every observer names the same one.
 // False when none would be accepted (the volume waits for lost to return,
 // or for an operator).

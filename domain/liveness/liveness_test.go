@@ -87,16 +87,38 @@ func TestANodePromisesOnlyWhileItHearsFromThePrimarysNode(t *testing.T) {
 func state() replica.State {
 	return replica.State{Volume: "v", ReplicationFactor: 3, Epoch: 2, Primary: "a", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Ready: true, Active: true},
-		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
-		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
 		{Node: "d"},
 	}}
 }
 
-func TestTheTakersAreTheOtherReplicasHoldingData(t *testing.T) {
-	got := TakersOf(state(), "a")
+func TestThePrimaryAcknowledgesTheOtherReplicasHoldingData(t *testing.T) {
+	st := state()
+	for i := range st.Replicas {
+		st.Replicas[i].Taker = false
+	}
+	got := replica.Candidates(st, "a")
 	if len(got) != 2 || got[0] != "b" || got[1] != "c" {
-		t.Fatalf("takers %v, want [b c] (d holds nothing)", got)
+		t.Fatalf("candidates %v, want [b c] (d holds nothing)", got)
+	}
+	if got := replica.Candidates(state(), "a"); len(got) != 0 {
+		t.Fatalf("candidates %v, want none: b and c are acknowledged", got)
+	}
+	if got := replica.Candidates(st, "b"); len(got) != 0 {
+		t.Fatalf("candidates %v of a secondary, want none", got)
+	}
+}
+
+func TestOnlyAnAcknowledgedReplicaSucceeds(t *testing.T) {
+	st := state()
+	st.Replicas[1].Taker = false // b, first by name, never acknowledged
+	if n, ok := Successor(st, "a", 1); !ok || n != "c" {
+		t.Fatalf("successor %q %v, want c (b was never acknowledged)", n, ok)
+	}
+	st.Replicas[2].Taker = false
+	if n, ok := Successor(st, "a", 1); ok {
+		t.Fatalf("successor %q although the primary acknowledged nobody", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,16 +26,29 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // Commands:
 //
-//	replica NODE N@E [active]       the shared state's entry for NODE (epoch and
-//	                                primary follow the active entry)
+//	replica NODE N@E [active] [taker]
+//	                                the shared state's entry for NODE (epoch and
+//	                                primary follow the active entry; taker: the
+//	                                primary acknowledged it, as in its ledger)
+//	join NODE                       a new copy on NODE joins the list (no data)
+//	report NODE N@E                 NODE's copy reports snapshot N of epoch E
+//	rf N                            the replication factor is edited to N
+//	promote NODE                    NODE is promoted (a publish) by compare-and-swap
+//	ack NODE                        NODE's guard acknowledges, as the active primary
+//	                                of the newest state, every candidate taker: in
+//	                                its ledger first, then by compare-and-swap
 //	renew NODE sent=T               NODE's renewal sent at T succeeded: its lease
 //	                                value changes, and it holds it until Held(T)
-//	write NODE at=T [takers]        Decide for NODE at T (its takers: TakersOf)
+//	asks NODE at=T                  NODE's guard asks every taker of its ledger for
+//	                                a promise at T (each observer answers at once)
+//	write NODE at=T                 Decide for NODE at T for each term of its ledger
+//	                                (its takers, its lease, its promises)
 //	observe NODE at=T               NODE's observer reads every lease at T
 //	blind NODE                      NODE's observer fails to read the leases
 //	promise NODE to=ASKER at=T      NODE's observer answers ASKER's request at T
 //	lost NODE at=T                  the nodes NODE's observer takes for lost at T
-//	view NODE                       NODE reads the shared state (kept as its view)
+//	view NODE                       NODE reads the shared state (kept as its view;
+//	                                its ledger learns from it)
 //	takeovers NODE at=T lag=N       what NODE takes over on its view (Takeovers)
 //	takeover NODE [from=LOST] [lag=N]
 //	                                each takeover NODE decided last (or one from
@@ -57,6 +71,8 @@ type scriptEnv struct {
 	until     map[replica.Node]time.Duration // when each node's lease is held until, on its clock
 	observers map[replica.Node]*Observer
 	views     map[replica.Node]replica.State
+	ledgers   map[replica.Node]*Ledger
+	promises  map[replica.Node][]Promise
 	decided   map[replica.Node][]Takeover
 	out       *strings.Builder
 }
@@ -67,7 +83,8 @@ func runScript(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	env := &scriptEnv{state: replica.State{Volume: "v", ReplicationFactor: 2}, lease: map[replica.Node]int{}, until: map[replica.Node]time.Duration{},
-		observers: map[replica.Node]*Observer{}, views: map[replica.Node]replica.State{}, decided: map[replica.Node][]Takeover{}}
+		observers: map[replica.Node]*Observer{}, views: map[replica.Node]replica.State{}, ledgers: map[replica.Node]*Ledger{},
+		promises: map[replica.Node][]Promise{}, decided: map[replica.Node][]Takeover{}}
 	var rewritten strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
@@ -127,6 +144,37 @@ func (e *scriptEnv) observer(n replica.Node) *Observer {
 	return e.observers[n]
 }
 
+func (e *scriptEnv) ledger(n replica.Node) *Ledger {
+	if e.ledgers[n] == nil {
+		e.ledgers[n] = NewLedger(n)
+	}
+	return e.ledgers[n]
+}
+
+func snap(v string) (replica.Snap, error) {
+	num, ep, ok := strings.Cut(v, "@")
+	x, err1 := strconv.ParseUint(num, 10, 64)
+	y, err2 := strconv.ParseUint(ep, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return replica.Snap{}, fmt.Errorf("snapshot %q: want N@EPOCH", v)
+	}
+	return replica.Snap{Number: replica.SnapshotNumber(x), Epoch: replica.Epoch(y), GUID: x*100 + y}, nil
+}
+
+// cas applies change to a copy of the newest state and keeps it if both
+// the change and the state's invariants hold.
+func (e *scriptEnv) cas(change func(*replica.State) error) error {
+	next := cloneState(e.state)
+	err := change(&next)
+	if err == nil {
+		err = next.Validate()
+	}
+	if err == nil {
+		e.state = next
+	}
+	return err
+}
+
 func (e *scriptEnv) run(f []string) error {
 	n := replica.Node("")
 	if len(f) > 1 {
@@ -141,7 +189,8 @@ func (e *scriptEnv) run(f []string) error {
 		if !ok || err1 != nil || err2 != nil {
 			return fmt.Errorf("snapshot %q: want N@EPOCH", f[2])
 		}
-		r := replica.Replica{Node: n, Snapshot: replica.SnapshotNumber(x), SnapshotEpoch: replica.Epoch(y), SnapshotGUID: x*100 + y, Ready: true, Active: len(f) > 3 && f[3] == "active"}
+		r := replica.Replica{Node: n, Snapshot: replica.SnapshotNumber(x), SnapshotEpoch: replica.Epoch(y), SnapshotGUID: x*100 + y, Ready: true,
+			Active: slices.Contains(f[3:], "active"), Taker: slices.Contains(f[3:], "taker")}
 		replica.Join(&e.state, n)
 		for i := range e.state.Replicas {
 			if e.state.Replicas[i].Node == n {
@@ -152,7 +201,55 @@ func (e *scriptEnv) run(f []string) error {
 		if r.Active {
 			e.state.Primary = n
 		}
-		return e.state.Validate()
+		if err := e.state.Validate(); err != nil {
+			return err
+		}
+		if r.Taker {
+			// The primary's ledger knew it before the flag was stored.
+			e.ledger(e.state.Primary).Intend(e.state.Volume, e.state.Epoch, []replica.Node{n})
+		}
+	case "join":
+		return e.cas(func(s *replica.State) error { replica.Join(s, n); return nil })
+	case "report":
+		sn, err := snap(f[2])
+		if err != nil {
+			return err
+		}
+		return e.cas(func(s *replica.State) error { return replica.Report(s, n, sn, true) })
+	case "rf":
+		rf, err := strconv.Atoi(f[1])
+		if err != nil {
+			return err
+		}
+		e.state.ReplicationFactor = rf
+	case "promote":
+		if err := e.cas(func(s *replica.State) error { return replica.Promote(s, n) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s is the active primary of epoch %d\n", n, e.state.Epoch)
+	case "ack":
+		var acked []replica.Node
+		err := e.cas(func(s *replica.State) error {
+			acked = replica.Candidates(*s, n)
+			e.ledger(n).Intend(s.Volume, s.Epoch, acked) // before the write
+			return replica.Acknowledge(s, n, s.Epoch, acked)
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s acknowledges %v in epoch %d\n", n, acked, e.state.Epoch)
+	case "asks":
+		now, err := e.at(a, "at")
+		if err != nil {
+			return err
+		}
+		for _, t := range e.ledger(n).AllTakers() {
+			ok, span := e.observer(t).Promise(n, now)
+			if ok {
+				e.promises[n] = append(e.promises[n], Promise{From: t, Until: now + span})
+			}
+			fmt.Fprintf(e.out, "%s promises %s: %v for %s\n", t, n, ok, span)
+		}
 	case "renew":
 		sent, err := e.at(a, "sent")
 		if err != nil {
@@ -166,11 +263,17 @@ func (e *scriptEnv) run(f []string) error {
 		if err != nil {
 			return err
 		}
-		v := Decide(Standing{Now: now, LeaseUntil: e.until[n]}, TakersOf(e.state, n))
-		if v.MayWrite {
-			fmt.Fprintf(e.out, "%s may write until %s: %s\n", n, v.Until, v.Reason)
-		} else {
-			fmt.Fprintf(e.out, "%s fences: %s\n", n, v.Reason)
+		terms := e.ledger(n).Terms()
+		if len(terms) == 0 {
+			fmt.Fprintf(e.out, "%s writes on: no term here has a taker\n", n)
+		}
+		for _, t := range terms {
+			v := Decide(Standing{Now: now, LeaseUntil: e.until[n], Promises: e.promises[n]}, t.Takers)
+			if v.MayWrite {
+				fmt.Fprintf(e.out, "%s may write until %s: %s\n", n, v.Until, v.Reason)
+			} else {
+				fmt.Fprintf(e.out, "%s fences: %s\n", n, v.Reason)
+			}
 		}
 	case "observe":
 		now, err := e.at(a, "at")
@@ -199,6 +302,7 @@ func (e *scriptEnv) run(f []string) error {
 		fmt.Fprintf(e.out, "%s takes for lost: %v\n", n, e.observer(n).Lost(now))
 	case "view":
 		e.views[n] = cloneState(e.state)
+		e.ledger(n).Learn(e.views[n])
 	case "takeovers":
 		now, err := e.at(a, "at")
 		if err != nil {
@@ -244,7 +348,7 @@ func (e *scriptEnv) run(f []string) error {
 	case "print":
 		fmt.Fprintf(e.out, "epoch=%d primary=%s\n", e.state.Epoch, e.state.Primary)
 		for _, r := range e.state.Replicas {
-			fmt.Fprintf(e.out, "  %s: %d@%d active=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active)
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v taker=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Taker)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", f[0])

@@ -14,6 +14,9 @@ var (
 	ErrUnknownReplica = errors.New("no replica on that node")
 	// ErrFenced: the replica acts for an epoch that has ended.
 	ErrFenced = errors.New("fenced: a newer primary has taken over")
+	// ErrNotTaker: the primary never acknowledged this replica as one that
+	// may take its volume over (Acknowledge); it waits.
+	ErrNotTaker = errors.New("not acknowledged by the primary as a taker")
 	// ErrStaleView: a decision rested on a view of the shared state that
 	// the newest one contradicts; re-read it and decide again.
 	ErrStaleView = errors.New("decided on a stale view of the shared state")

@@ -27,6 +27,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	step NODE [N]                     observe state and local, run actions until none (at most N)
 //	stabilize                         step every node until nothing happens
 //	tick [NODE]                       time passes (for one node or all)
+//	ack NODE                          NODE, the active primary, acknowledges every
+//	                                  replica holding a snapshot as a taker
 //	promote NODE | takeover NODE LOST [lag=N]
 //	                                  change the primary, as publish or failover do (a
 //	                                  takeover is judged with NODE's allowed lag, or N)
@@ -196,6 +198,12 @@ func (e *scriptEnv) run(f []string) error {
 		e.failNext[Node(f[1])] = [2]string{f[2], strings.Join(f[3:], " ")}
 	case "promote":
 		return Promote(&e.state, Node(f[1]))
+	case "ack":
+		// The primary's guard acknowledges every replica holding a
+		// snapshot as a taker (what the publish does before the pod
+		// mounts, and the guard whenever a copy reports).
+		n := Node(f[1])
+		return e.cas(func(s *State) error { return Acknowledge(s, n, s.Epoch, Candidates(*s, n)) })
 	case "takeover":
 		lag := uint64(1)
 		if m, ok := e.machines[Node(f[1])]; ok {

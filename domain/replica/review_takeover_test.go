@@ -47,6 +47,7 @@ func TestTakeoverIsPossibleAfterThePrimaryDiedWhileBothSecondariesWereFetching(t
 		"local c 1@1:11",
 		"stabilize",
 		"promote a",
+		"ack a",
 		"tick",
 		"stabilize", // a snapshots 2 of epoch 2, b and c receive it
 		"tick a",

@@ -12,8 +12,8 @@ func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *te
 	base := func() State {
 		return State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
 			{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
-			{Node: "b", Snapshot: 7, SnapshotEpoch: 2, Ready: true},
-			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+			{Node: "b", Snapshot: 7, SnapshotEpoch: 2, Ready: true, Taker: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
 		}}
 	}
 	s := base()
@@ -34,10 +34,51 @@ func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *te
 func TestTakeoverRefusesAReplicaThatIsNotReady(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
 		{Node: "a", Snapshot: 40, SnapshotEpoch: 2, Active: true},
-		{Node: "b", Snapshot: 3, SnapshotEpoch: 2, Ready: false},
+		{Node: "b", Snapshot: 3, SnapshotEpoch: 2, Ready: false, Taker: true},
 	}}
 	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
 		t.Fatalf("a replica far behind took over, giving up far more than one interval of writes: %v", err)
+	}
+}
+
+func TestTakeoverRefusesAReplicaThePrimaryNeverAcknowledged(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 2, Ready: true},
+	}}
+	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrNotTaker) || s.Epoch != 2 {
+		t.Fatalf("b took over although a never acknowledged it (a may not have asked it for a promise): %v", err)
+	}
+	if err := Acknowledge(&s, "a", 2, Candidates(s, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Takeover(&s, "b", "a", 1); err != nil || s.Primary != "b" {
+		t.Fatalf("the acknowledged b could not take over: %v", err)
+	}
+	if r, _ := s.Replica("b"); r.Taker {
+		t.Fatal("the new primary's term starts with a taker of the old one")
+	}
+	// The ended term acknowledges nothing more.
+	if err := Acknowledge(&s, "a", 2, []Node{"b"}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a, taken over, acknowledged a taker: %v", err)
+	}
+}
+
+func TestAPromotionStartsItsTermWithNoTaker(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 2, Taker: true},
+	}}
+	if err := Promote(&s, "b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Replicas {
+		if r.Taker {
+			t.Fatalf("%s is still a taker after b's promotion: b's guard never acknowledged it", r.Node)
+		}
+	}
+	if got := Candidates(s, "b"); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("candidates %v, want [a]", got)
 	}
 }
 

@@ -335,6 +335,13 @@ func (w *world) step(n *simNode) error {
 	if n.m == nil || n.inFlight != nil {
 		return nil
 	}
+	if !n.cut && len(Candidates(w.state, n.name)) > 0 {
+		// The active primary's guard (the daemon) acknowledges every copy
+		// that reported a snapshot as a taker while it reaches the shared
+		// state: only those may take over from it.
+		err := w.cas(func(s *State) error { return Acknowledge(s, n.name, s.Epoch, Candidates(*s, n.name)) })
+		w.logf("%s: acknowledges takers -> %v", n.name, err)
+	}
 	seen := w.state
 	if !w.quiet && len(w.history) > 0 && w.r.Intn(6) == 0 {
 		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache

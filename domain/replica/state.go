@@ -92,6 +92,15 @@ type Replica struct {
 	// held elsewhere. It is never counted as a copy: the replica may not
 	// hold it yet.
 	Fetching Snap
+	// Taker says the primary of the current epoch acknowledged this
+	// replica as one that may take the volume over (Acknowledge): its
+	// node's guard knew it as a taker (and so asks it for a promise when
+	// its lease cannot be renewed) before this flag could be written. Only
+	// a taker may take over (Takeover), so no view a cut-off primary holds,
+	// however stale, can miss a node that takes its volume over. A new
+	// epoch (Promote, Takeover) clears every flag: the new primary
+	// acknowledges its own takers.
+	Taker bool
 }
 
 // Holds is the replica's newest snapshot as the list records it.
@@ -152,6 +161,9 @@ func (s *State) Validate() error {
 		}
 		if i > 0 && s.Replicas[i-1].Node >= r.Node {
 			return fmt.Errorf("replicas not sorted or duplicated at node %q", r.Node)
+		}
+		if r.Taker && r.Node == s.Primary {
+			return fmt.Errorf("replica on %q is the primary and a taker of its own term", r.Node)
 		}
 		if r.Active {
 			active++

@@ -93,6 +93,53 @@ func Promote(s *State, node Node) error {
 	s.Epoch++
 	s.Primary = node
 	s.Replicas[i].Active = true
+	clearTakers(s)
+	return nil
+}
+
+// clearTakers starts a new epoch's acknowledgements: the new primary's
+// guard acknowledges its own takers (Acknowledge).
+func clearTakers(s *State) {
+	for i := range s.Replicas {
+		s.Replicas[i].Taker = false
+	}
+}
+
+// Candidates are the replicas the active primary node should acknowledge
+// as takers in s and has not yet: every other listed replica holding a
+// snapshot. None when node is not the active primary.
+func Candidates(s State, node Node) []Node {
+	if p, ok := s.Replica(node); !ok || !p.Active || s.Primary != node {
+		return nil
+	}
+	var out []Node
+	for _, r := range s.Replicas {
+		if r.Node != node && r.Snapshot != 0 && !r.Taker {
+			out = append(out, r.Node)
+		}
+	}
+	return out
+}
+
+// Acknowledge records that primary, the active primary of epoch, knows
+// the listed replicas of takers as nodes that may take its volume over:
+// its guard asks each for a promise before writing on without a lease.
+// The caller must have made that so before this compare-and-swap is
+// written (the guard records them first), since a replica becomes a
+// possible successor (Takeover) the moment its flag is stored. Nodes not
+// listed, and primary itself, are ignored. Refused (ErrFenced) when
+// primary is not the active primary of epoch: a term that ended
+// acknowledges nothing.
+func Acknowledge(s *State, primary Node, epoch Epoch, takers []Node) error {
+	p, ok := s.Replica(primary)
+	if !ok || !p.Active || s.Primary != primary || s.Epoch != epoch {
+		return fmt.Errorf("acknowledge takers as %s of epoch %d: the volume is at epoch %d with primary %q: %w", primary, epoch, s.Epoch, s.Primary, ErrFenced)
+	}
+	for _, t := range takers {
+		if i := s.index(t); i >= 0 && t != primary {
+			s.Replicas[i].Taker = true
+		}
+	}
 	return nil
 }
 
@@ -220,6 +267,14 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 	if i < 0 || node == lost {
 		return fmt.Errorf("takeover by %s: %w", node, ErrUnknownReplica)
 	}
+	if !s.Replicas[i].Taker {
+		// The lost primary's guard may not know this replica (its view
+		// lagged, or it never saw the copy report): it would not have
+		// asked this node for a promise, and may still be writing on the
+		// promises of the nodes it knows. Only a replica it acknowledged
+		// may take over; the others wait for it (or for an operator).
+		return fmt.Errorf("takeover by %s: the primary on %s never acknowledged it as a taker in epoch %d: %w", node, lost, s.Epoch, ErrNotTaker)
+	}
 	if s.Replicas[i].Snapshot == 0 {
 		// An empty successor would snapshot nothing as the newest data and
 		// make every returning replica replace its copy with it.
@@ -251,5 +306,6 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 	s.Epoch++
 	s.Primary = node
 	s.Replicas[i].Active = true
+	clearTakers(s)
 	return nil
 }

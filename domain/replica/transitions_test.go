@@ -170,7 +170,7 @@ func TestLeaveCountsOnlyCopiesAtLeastAsNewByEpochAndTheSameByGUID(t *testing.T) 
 
 func TestTakeoverRefusesAnEmptySuccessor(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []Replica{
-		{Node: "a", Snapshot: 10, SnapshotEpoch: 1, Active: true}, {Node: "b"},
+		{Node: "a", Snapshot: 10, SnapshotEpoch: 1, Active: true}, {Node: "b", Taker: true},
 	}}
 	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
 		t.Fatalf("an empty replica took over: %v", err)

@@ -179,6 +179,11 @@ func TestADivergedOldPrimaryIsRolledBackAndResynced(t *testing.T) {
 	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error {
 		a, _ := s.Replica("a")
 		b, _ := s.Replica("b")
+		// a's guard had acknowledged b as its taker (the daemon does; no
+		// daemon runs here).
+		if err := replica.Acknowledge(s, "a", s.Epoch, []replica.Node{"b"}); err != nil {
+			return err
+		}
 		return replica.Takeover(s, "b", "a", uint64(a.Snapshot-b.Snapshot))
 	}); err != nil {
 		t.Fatal(err)

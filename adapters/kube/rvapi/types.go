@@ -117,6 +117,9 @@ type ReplicaStatus struct {
 	Active       bool         `json:"active,omitempty"`
 	Ready        bool         `json:"ready,omitempty"`
 	Fetching     *SnapshotRef `json:"fetching,omitempty"`
+	// Taker: the current primary acknowledged this copy as one that may
+	// take the volume over (replica.Replica.Taker).
+	Taker bool `json:"taker,omitempty"`
 }
 
 // SnapshotRef names a replication snapshot.
@@ -167,7 +170,7 @@ func FromState(s replica.State) ReplicatedVolume {
 	for _, r := range s.Replicas {
 		rs := ReplicaStatus{
 			Node: string(r.Node), Snapshot: int64(r.Snapshot), SnapshotEpoch: int64(r.SnapshotEpoch),
-			Active: r.Active, Ready: r.Ready,
+			Active: r.Active, Ready: r.Ready, Taker: r.Taker,
 		}
 		if r.SnapshotGUID != 0 {
 			rs.SnapshotGUID = strconv.FormatUint(r.SnapshotGUID, 10)
@@ -221,6 +224,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 			SnapshotGUID:  guid(f+".snapshotGUID", r.SnapshotGUID),
 			Active:        r.Active,
 			Ready:         r.Ready,
+			Taker:         r.Taker,
 		}
 		if r.Fetching != nil {
 			rep.Fetching = replica.Snap{

@@ -1,0 +1,106 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Takers is this node's acknowledgement of the nodes that may take its
+// primaries' volumes over (liveness.Ledger, replica.Acknowledge): the
+// Guard asks exactly these for promises, and only these may take over.
+// Every taker is written to the ledger here before the compare-and-swap
+// that lets it take over is sent, so the Guard never misses one, whatever
+// its view of the shared state shows.
+type Takers struct {
+	node    replica.Node
+	cluster ports.ClusterState
+	log     *zap.Logger
+
+	mu     sync.Mutex
+	ledger *liveness.Ledger
+}
+
+// NewTakers returns node's acknowledgements, written to cluster.
+func NewTakers(node replica.Node, cluster ports.ClusterState, log *zap.Logger) *Takers {
+	return &Takers{node: node, cluster: cluster, log: log, ledger: liveness.NewLedger(node)}
+}
+
+var errNothingToAcknowledge = errors.New("nothing to acknowledge")
+
+// Acknowledge acknowledges, by compare-and-swap on the newest state of
+// volume id, every replica that holds a snapshot and is not yet a taker,
+// when this node is its active primary; recorded in the ledger before the
+// write. Nothing to acknowledge (or not the primary here) is not an error.
+// The publish calls it before the pod mounts the volume, the Guard
+// whenever a copy reports.
+func (t *Takers) Acknowledge(ctx context.Context, id volume.ID) error {
+	var acked []replica.Node
+	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
+		acked = replica.Candidates(*s, t.node)
+		if len(acked) == 0 {
+			return errNothingToAcknowledge
+		}
+		t.mu.Lock()
+		t.ledger.Intend(s.Volume, s.Epoch, acked) // before the write: see liveness.Ledger
+		t.mu.Unlock()
+		return replica.Acknowledge(s, t.node, s.Epoch, acked)
+	})
+	switch {
+	case errors.Is(err, errNothingToAcknowledge):
+		return nil
+	case err != nil:
+		return fmt.Errorf("acknowledge the takers of %s: %w", id, err)
+	}
+	t.Learn(st)
+	t.log.Info("takers acknowledged: only these may take the volume over from this node", zap.String("volume", string(id)),
+		zap.Uint64("epoch", uint64(st.Epoch)), zap.Any("takers", acked))
+	return nil
+}
+
+// Learn folds states read from anywhere, however old, into the ledger
+// (liveness.Ledger.Learn).
+func (t *Takers) Learn(states ...replica.State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range states {
+		t.ledger.Learn(s)
+	}
+}
+
+// Forget drops volume id: no copy of it is here any more.
+func (t *Takers) Forget(id volume.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ledger.Forget(id)
+}
+
+// Terms are the terms here with takers acknowledged.
+func (t *Takers) Terms() []liveness.Term {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ledger.Terms()
+}
+
+// Of are the takers acknowledged for volume id's term here.
+func (t *Takers) Of(id volume.ID) []replica.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ledger.Takers(id)
+}
+
+// All are every node acknowledged by some term here: the nodes to ask
+// for promises.
+func (t *Takers) All() []replica.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ledger.AllTakers()
+}
