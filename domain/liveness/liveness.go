@@ -199,6 +199,9 @@ type Observer struct {
 type sighting struct {
 	value string
 	at    time.Duration
+	// renewed: the value changed since the observer first saw the lease
+	// (after its last blind spell), the last time at at.
+	renewed bool
 }
 
 // NewObserver returns the observer of node self (never lost to itself).
@@ -214,13 +217,13 @@ func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
 	for n, v := range values {
 		s, ok := o.seen[n]
 		if !ok || s.value != v || o.blind {
-			o.seen[n] = sighting{value: v, at: now}
+			o.seen[n] = sighting{value: v, at: now, renewed: ok && s.value != v && !o.blind}
 		}
 	}
 	if o.blind {
 		for n, s := range o.seen {
 			if _, ok := values[n]; !ok {
-				s.at = now
+				s.at, s.renewed = now, false
 				o.seen[n] = s
 			}
 		}
