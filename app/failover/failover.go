@@ -26,6 +26,10 @@ type Config struct {
 	// Lag is how many snapshots a successor may be behind the newest
 	// reported and still take over (the volume managers' --allowed-lag).
 	Lag uint64
+	// Taint is when the node checks its own fenced taint and how long a
+	// fenced branch may keep it; fields left zero take
+	// liveness.DefaultTaintRule(Lease).
+	Taint liveness.TaintRule
 }
 
 // Clock is a monotonic clock: the time since some fixed instant of this

@@ -3,12 +3,14 @@ package failover
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/mock/gomock"
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/ports/mocks"
 )
@@ -32,12 +34,27 @@ func TestReviewFailoverTheOwnTaintStaysWhileTheCopyHereHoldsWhatThePrimaryLacks(
 	}
 	store := mocks.NewMockSnapshotStore(ctrl)
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-3-8", GUID: 308}}, nil).AnyTimes()
 	eff := mocks.NewMockFailoverEffects(ctrl)
-	eff.EXPECT().Tainted(gomock.Any(), replica.Node("a")).Return(true, nil).AnyTimes()
+	checked := 0
+	eff.EXPECT().Tainted(gomock.Any(), replica.Node("a")).DoAndReturn(func(context.Context, replica.Node) (bool, error) {
+		checked++
+		return true, nil
+	}).AnyTimes()
 	// No Taint(a, false): gomock fails the test on one.
 	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1"}}}
-	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, (&fakeClock{}).read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
-	if err := a.Step(ctx); err != nil {
-		t.Fatal(err)
+	clock := &fakeClock{}
+	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	// a renews its lease (the taint is only checked then) for 20 s, and b.
+	for at := time.Duration(0); at <= 20*time.Second; at += time.Second {
+		clock.set(at)
+		leases.renew("a", at.String())
+		leases.renew("b", at.String())
+		if err := a.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checked < 3 {
+		t.Fatalf("the taint was checked %d times in 20 s", checked)
 	}
 }

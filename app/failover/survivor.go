@@ -39,7 +39,8 @@ type Survivor struct {
 	pending map[owed]bool         // effects on a lost node not all done
 	handled map[owed]bool         // effects done since the node was lost
 	lost    map[replica.Node]bool // last logged
-	ticks   int
+	taint   *liveness.TaintWatch
+	kept    string // the last reason the own taint stayed, as logged
 }
 
 // owed names the effects of a takeover still to carry out on a lost node
@@ -52,7 +53,8 @@ type owed struct {
 // NewSurvivor returns the survivor of cfg.Node.
 func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
 	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
-		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]bool{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{}}
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]bool{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{},
+		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
 }
 
 // Run reads the leases every Renew and acts on what it finds until ctx
@@ -90,8 +92,8 @@ func (s *Survivor) PeerAddress(node replica.Node) (string, bool) {
 }
 
 // Step reads the leases once, takes over what this node must, carries out
-// the effects still owed, and lifts this node's own fenced taint once its
-// copies are ready again.
+// the effects still owed, and checks this node's own fenced taint when
+// due (liveness.TaintWatch), lifting it as liveness.LiftTaint says.
 func (s *Survivor) Step(ctx context.Context) error {
 	recs, err := s.leases.Leases(ctx)
 	s.mu.Lock()
@@ -109,8 +111,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 	s.obs.Read(now, values)
 	lost := s.obs.Lost(now)
 	s.logLost(lost)
-	s.ticks++
-	checkTaint := s.ticks%5 == 1
+	checkTaint := s.taint.Due(now, s.obs.Renewing(s.cfg.Node, now))
 	s.mu.Unlock()
 
 	var errs []error
@@ -141,7 +142,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 	}
 	errs = append(errs, s.effectsOwed(ctx))
 	if checkTaint {
-		errs = append(errs, s.liftOwnTaint(ctx))
+		errs = append(errs, s.liftOwnTaint(ctx, now))
 	}
 	return errors.Join(errs...)
 }
@@ -254,35 +255,83 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// liftOwnTaint removes this node's fenced taint once the node holds its
-// lease (this daemon runs) and every local copy listed in its volume's
-// state is ready again (resynced after its rollback).
-func (s *Survivor) liftOwnTaint(ctx context.Context) error {
+// liftOwnTaint reads whether this node carries its fenced taint and, if
+// so, its copies (their states and the pool's newest replication
+// snapshots), asks liveness.LiftTaint, and carries the verdict out: the
+// taint lifted, each copy that did not hold it reported on its volume.
+func (s *Survivor) liftOwnTaint(ctx context.Context, now time.Duration) error {
 	tainted, err := s.effects.Tainted(ctx, s.cfg.Node)
-	if err != nil || !tainted {
-		return err
-	}
-	states, err := s.localStates(ctx)
 	if err != nil {
 		return err
 	}
-	for _, st := range states {
-		r, ok := st.Replica(s.cfg.Node)
-		if !ok || st.Deleting || r.Active {
-			continue
+	if !tainted {
+		s.mu.Lock()
+		s.taint.Untainted()
+		s.kept = ""
+		s.mu.Unlock()
+		return nil
+	}
+	copies, err := s.localCopies(ctx)
+	if err != nil {
+		return err // a copy unread may hold what its primary lacks
+	}
+	s.mu.Lock()
+	v := s.taint.Tainted(now, copies)
+	said := s.kept
+	if !v.Lift {
+		s.kept = v.Reason
+	}
+	s.mu.Unlock()
+	if !v.Lift {
+		if v.Reason != said {
+			fields := []zap.Field{zap.String("reason", v.Reason)}
+			for _, c := range v.Waiting {
+				fields = append(fields, zap.String(string(c.Volume), c.Why))
+			}
+			s.log.Info("fenced taint kept", fields...)
 		}
-		if !r.Ready {
-			return nil // still resyncing
-		}
-		if p, ok := st.Replica(st.Primary); ok && st.Primary != s.cfg.Node && r.Holds().Newer(p.Holds()) {
-			// Holds what the primary lacks: a lost term's writes, to be
-			// rolled back (the ready flag is only what it last said).
-			return nil
-		}
+		return nil
 	}
 	if err := s.effects.Taint(ctx, s.cfg.Node, false); err != nil {
 		return err
 	}
-	s.log.Info("fenced taint removed: every copy here is ready again")
+	s.log.Info("fenced taint removed", zap.String("reason", v.Reason))
+	for _, c := range v.Unready {
+		s.events.Record(ctx, c.Volume, ports.Event{Type: ports.EventWarning, Reason: "TaintLiftedCopyNotReady",
+			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted although its copy is %s; it holds nothing the primary lacks, so it does not hold the node: it gets no placement label until it catches up (its volume manager's events say what stops it: a full pool, a conflict for an operator)", s.cfg.Node, taintName, c.Why)})
+	}
+	for _, c := range v.Waiting {
+		s.events.Record(ctx, c.Volume, ports.Event{Type: ports.EventWarning, Reason: "TaintLiftedFencedCopy",
+			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted after the longest wait although its copy %s; those writes stay until its volume manager keeps them aside (FencedWritesKept, or FencedWritesNotKept without room) and rolls back: an operator may have to make room or mend the volume manager", s.cfg.Node, taintName, c.Why)})
+	}
 	return nil
+}
+
+// taintName names the taint in events (the adapter owns the key).
+const taintName = "ferry.zfs.csi.io/fenced"
+
+// localCopies reads, fresh, every local copy as the taint rule needs it:
+// its volume's state, and the newest replication snapshot the pool holds
+// of it (which a cut-off primary may not have reported).
+func (s *Survivor) localCopies(ctx context.Context) ([]liveness.LocalCopy, error) {
+	states, err := s.localStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := s.store.ListSnapshots(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("list local snapshots: %w", err)
+	}
+	pool := map[volume.ID]replica.Snap{}
+	for _, sn := range snaps {
+		n, e, ok := replica.ParseSnapshotName(sn.Name)
+		if h := (replica.Snap{Number: n, Epoch: e, GUID: sn.GUID}); ok && h.Newer(pool[sn.Volume]) {
+			pool[sn.Volume] = h
+		}
+	}
+	out := make([]liveness.LocalCopy, 0, len(states))
+	for _, st := range states {
+		out = append(out, liveness.LocalCopy{State: st, Pool: pool[st.Volume]})
+	}
+	return out, nil
 }

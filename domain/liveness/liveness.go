@@ -1,8 +1,9 @@
 // Package liveness decides, from times each node measures on its own
 // monotonic clock, whether a node may keep writing, whether it must fence
 // its primaries, whether an observer may take another node for lost, and
-// which survivor takes a lost primary's volume over (seed 000 with the
-// node-loss stage: each daemon renews a Lease of its own node).
+// which survivor takes a lost primary's volume over, and when a returned
+// node lifts its own fenced taint (taint.go) (seed 000 with the node-loss
+// stage: each daemon renews a Lease of its own node).
 //
 // No clock is shared: every instant here is a duration on the clock of
 // the node deciding (time since its process started, say), and a span
@@ -188,6 +189,9 @@ type Observer struct {
 type sighting struct {
 	value string
 	at    time.Duration
+	// renewed: the value changed since the observer first saw the lease
+	// (after its last blind spell), the last time at at.
+	renewed bool
 }
 
 // NewObserver returns the observer of node self (never lost to itself).
@@ -203,13 +207,13 @@ func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
 	for n, v := range values {
 		s, ok := o.seen[n]
 		if !ok || s.value != v || o.blind {
-			o.seen[n] = sighting{value: v, at: now}
+			o.seen[n] = sighting{value: v, at: now, renewed: ok && s.value != v && !o.blind}
 		}
 	}
 	if o.blind {
 		for n, s := range o.seen {
 			if _, ok := values[n]; !ok {
-				s.at = now
+				s.at, s.renewed = now, false
 				o.seen[n] = s
 			}
 		}
