@@ -151,7 +151,7 @@ func (e *scriptEnv) ledger(n replica.Node) *Ledger {
 	return e.ledgers[n]
 }
 
-func snap(v string) (replica.Snap, error) {
+func parseSnap(v string) (replica.Snap, error) {
 	num, ep, ok := strings.Cut(v, "@")
 	x, err1 := strconv.ParseUint(num, 10, 64)
 	y, err2 := strconv.ParseUint(ep, 10, 64)
@@ -211,7 +211,7 @@ func (e *scriptEnv) run(f []string) error {
 	case "join":
 		return e.cas(func(s *replica.State) error { replica.Join(s, n); return nil })
 	case "report":
-		sn, err := snap(f[2])
+		sn, err := parseSnap(f[2])
 		if err != nil {
 			return err
 		}
