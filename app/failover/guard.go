@@ -31,6 +31,7 @@ type Guard struct {
 	store   ports.SnapshotStore
 	mounts  ports.MountTable
 	fencer  ports.Fencer
+	effects ports.FailoverEffects
 	events  ports.EventRecorder
 	log     *zap.Logger
 	asker   ports.PromiseAsker
@@ -41,7 +42,8 @@ type Guard struct {
 	renewed    chan struct{}
 	promises   []liveness.Promise
 	fenced     map[volume.ID]string
-	mine       map[volume.ID]bool // active primary here at the last check
+	giveBack   map[volume.ID]string // fenced, may write again: its pods still to restart
+	mine       map[volume.ID]bool   // active primary here at the last check
 }
 
 // NewGuard returns the guard of cfg.Node.
@@ -49,9 +51,15 @@ type Guard struct {
 // acknowledged a node that may take it over); volumes is its view of the
 // shared state, which it folds into takers and reads to acknowledge the
 // copies that report.
-func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Guard {
-	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer,
-		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, mine: map[volume.ID]bool{}}
+//
+// A volume fenced here that may be written again without a takeover (the
+// lease renewed in time, or a promise came) gets its pods back: they sit
+// on the fence's empty read-only placeholder, so effects.EvictPods deletes
+// the ones a controller owns on this node, which start again and are
+// published anew.
+func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
+	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, giveBack: map[volume.ID]string{}, mine: map[volume.ID]bool{}}
 }
 
 // AskPromises lets the guard ask, when a renewal fails, every node that
@@ -243,6 +251,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		why, done := g.fenced[st.Volume]
 		if v.MayWrite && done {
 			delete(g.fenced, st.Volume)
+			g.giveBack[st.Volume] = why
 			g.log.Info("the node may write again", zap.String("volume", string(st.Volume)), zap.String("fenced because", why), zap.String("reason", v.Reason))
 		}
 		g.mu.Unlock()
@@ -266,9 +275,53 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		}
 		g.mu.Lock()
 		g.fenced[st.Volume] = v.Reason
+		delete(g.giveBack, st.Volume)
 		g.mu.Unlock()
 	}
+	next = min(next, g.giveBackPods(ctx))
 	return max(next, time.Millisecond)
+}
+
+// giveBackPods restarts the pods of every volume fenced here that may be
+// written again without having been taken over: the fence left them on an
+// empty read-only placeholder, which only a new publish replaces.
+func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
+	g.mu.Lock()
+	todo := make(map[volume.ID]string, len(g.giveBack))
+	for id, why := range g.giveBack {
+		todo[id] = why
+	}
+	g.mu.Unlock()
+	next := g.cfg.Lease.Renew
+	for id, why := range todo {
+		// Only while this node is still the volume's active primary: a
+		// takeover (seen late) evicts the pods itself, elsewhere.
+		mine, err := g.takers.Primary(ctx, id)
+		if err == nil && !mine {
+			g.mu.Lock()
+			delete(g.giveBack, id)
+			g.mu.Unlock()
+			continue
+		}
+		var pods []string
+		if err == nil {
+			pods, err = g.effects.EvictPods(ctx, g.cfg.Node, id)
+		}
+		if err != nil {
+			g.log.Warn("the pods of a volume no longer fenced were not restarted; trying again", zap.String("volume", string(id)), zap.Error(err))
+			next = min(next, 100*time.Millisecond)
+			continue
+		}
+		g.mu.Lock()
+		if g.giveBack[id] == why {
+			delete(g.giveBack, id)
+		}
+		g.mu.Unlock()
+		g.log.Info("pods of a volume no longer fenced restarted", zap.String("volume", string(id)), zap.Strings("pods", pods))
+		g.events.Record(ctx, id, ports.Event{Type: ports.EventNormal, Reason: "Unfenced",
+			Message: fmt.Sprintf("the primary on %s may write again without a takeover (it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, why, pods)})
+	}
+	return next
 }
 
 // checkTakenOver fences a volume whose active primary was here and is now
@@ -351,6 +404,7 @@ func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 		for id, why := range g.fenced {
 			if why == reasonUnknown {
 				delete(g.fenced, id)
+				g.giveBack[id] = why
 			}
 		}
 	}
@@ -406,6 +460,9 @@ func (g *Guard) fence(ctx context.Context, id volume.ID, reason string) error {
 	if err != nil {
 		return fmt.Errorf("fence %s: %w", id, err)
 	}
+	g.mu.Lock()
+	delete(g.giveBack, id) // fenced again: nothing to give back yet
+	g.mu.Unlock()
 	msg := fmt.Sprintf("primary on %s fenced: %s; stopped %d writer(s) %v and removed its pods' mounts", g.cfg.Node, reason, len(stopped), stopped)
 	g.log.Warn("primary fenced", zap.String("volume", string(id)), zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 	g.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})

@@ -27,7 +27,7 @@ func TestReviewFailoverADaemonStartedWithoutAViewStillFencesItsReplicatedVolumes
 	store := mocks.NewMockSnapshotStore(ctrl)
 	mounts := mocks.NewMockMountTable(ctrl)
 	fencer := mocks.NewMockFencer(ctrl)
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, NewVolumes(), NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nopEvents{}, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, NewVolumes(), NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
 	ctx := context.Background()
 
 	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused")).AnyTimes()

@@ -66,6 +66,18 @@ func (t *Takers) Acknowledge(ctx context.Context, id volume.ID) error {
 	return nil
 }
 
+// Primary reads volume id's newest state (folded into the ledger) and
+// reports whether this node is its active primary.
+func (t *Takers) Primary(ctx context.Context, id volume.ID) (bool, error) {
+	st, err := t.cluster.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	t.Learn(st)
+	r, ok := st.Replica(t.node)
+	return ok && r.Active && st.Primary == t.node, nil
+}
+
 // Learn folds states read from anywhere, however old, into the ledger
 // (liveness.Ledger.Learn).
 func (t *Takers) Learn(states ...replica.State) {

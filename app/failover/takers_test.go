@@ -58,7 +58,7 @@ func TestTheGuardFencesAPrimaryItsViewNeverShowedOnceItAcknowledgedATaker(t *tes
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
 	mounts := mocks.NewMockMountTable(ctrl)
 	fencer := mocks.NewMockFencer(ctrl)
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, nopEvents{}, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
 	if err := g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestACopyThePrimaryNeverAcknowledgedNeverTakesOver(t *testing.T) {
 	vols.Saw(fresh)
 	takers := NewTakers("a", cluster, zap.NewNop())
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, mocks.NewMockNodeLease(ctrl), vols, takers,
-		store, mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nopEvents{}, zap.NewNop())
+		store, mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
 	g.AcknowledgeOnce(ctx)
 	if got, _ := cluster.Get(ctx, "v"); !slices.ContainsFunc(got.Replicas, func(r replica.Replica) bool { return r.Node == "c" && r.Taker }) {
 		t.Fatalf("c not acknowledged once seen: %+v", got)

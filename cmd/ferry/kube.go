@@ -65,9 +65,10 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 	if takers != nil {
 		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
 		pub.Duration = o.LeaseDuration
-		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, events, log.Named("guard"))
+		effects := lostnode.New(kube, o.DriverName)
+		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, store,
-			lostnode.New(kube, o.DriverName), events, log.Named("survivor"))
+			effects, events, log.Named("survivor"))
 		relay.set(survivor.Promise)
 		// Promises are asked for at the peer addresses the leases last
 		// published: they matter when the API server cannot be read.
