@@ -48,6 +48,10 @@ type FailoverEffects interface {
 	// owned by a controller, which recreates them elsewhere; a pod nobody
 	// owns is left alone. It returns the pods deleted, as namespace/name.
 	EvictPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error)
+	// OutOfService lists the nodes an administrator declared shut down
+	// (Kubernetes: the node.kubernetes.io/out-of-service taint of
+	// non-graceful node shutdown): they are taken for lost at once.
+	OutOfService(ctx context.Context) ([]replica.Node, error)
 }
 
 // PromiseAsker asks another node, over the peer channel, not to take this

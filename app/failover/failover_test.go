@@ -60,7 +60,7 @@ func TestTheGuardFencesAPrimaryOnlyOnceTheLeaseRanOutAndOnlyWhereAnotherNodeCoul
 	vols.Saw(primaryState("elsewhere", "b", "a"))
 	// Every local copy is known to the view: no fence of an unknown one.
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}, {ID: "single"}, {ID: "elsewhere"}}, nil).AnyTimes()
-	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff := newEffects(ctrl)
 	ctx := context.Background()
 	cluster := fakecluster.New()
 	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
@@ -164,8 +164,8 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 		s.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
 		return s
 	}
-	effB := mocks.NewMockFailoverEffects(ctrl)
-	effC := mocks.NewMockFailoverEffects(ctrl)
+	effB := newEffects(ctrl)
+	effC := newEffects(ctrl)
 	for _, e := range []*mocks.MockFailoverEffects{effB, effC} {
 		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	}
@@ -215,7 +215,7 @@ func TestASurvivorThatCouldNotReadTakesNobodyForLostUntilAFullDurationAfter(t *t
 	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}}}
 	clock := &fakeClock{}
 	store := mocks.NewMockSnapshotStore(ctrl)
-	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff := newEffects(ctrl)
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
 	_ = b.Step(ctx)
@@ -306,7 +306,7 @@ func TestASurvivorRestartedAfterItsTakeoverStillCarriesOutTheEffects(t *testing.
 	clock := &fakeClock{}
 	store := mocks.NewMockSnapshotStore(ctrl)
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
-	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff := newEffects(ctrl)
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	gomock.InOrder(
 		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
@@ -370,4 +370,12 @@ func TestTheGuardFencesAVolumeTakenOverFromUnderAPodHere(t *testing.T) {
 	mounts.EXPECT().MountAt("/k/pods/y/mount").Return(ports.Mount{Source: "pool/ro", ReadOnly: true}, true, nil)
 	g.Check(ctx)
 	g.Check(ctx) // once: the mocks refuse a second fence
+}
+
+// newEffects is a mock of the takeover's effects in a cluster where no
+// node is declared out of service.
+func newEffects(ctrl *gomock.Controller) *mocks.MockFailoverEffects {
+	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff.EXPECT().OutOfService(gomock.Any()).Return(nil, nil).AnyTimes()
+	return eff
 }

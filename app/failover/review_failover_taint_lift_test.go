@@ -35,7 +35,7 @@ func TestReviewFailoverTheOwnTaintStaysWhileTheCopyHereHoldsWhatThePrimaryLacks(
 	store := mocks.NewMockSnapshotStore(ctrl)
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
 	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-3-8", GUID: 308}}, nil).AnyTimes()
-	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff := newEffects(ctrl)
 	checked := 0
 	eff.EXPECT().Tainted(gomock.Any(), replica.Node("a")).DoAndReturn(func(context.Context, replica.Node) (bool, error) {
 		checked++

@@ -96,6 +96,10 @@ func (s *Survivor) PeerAddress(node replica.Node) (string, bool) {
 // due (liveness.TaintWatch), lifting it as liveness.LiftTaint says.
 func (s *Survivor) Step(ctx context.Context) error {
 	recs, err := s.leases.Leases(ctx)
+	var off []replica.Node
+	if err == nil {
+		off, err = s.effects.OutOfService(ctx)
+	}
 	s.mu.Lock()
 	now := s.clock()
 	if err != nil {
@@ -109,6 +113,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 		s.peers[n] = r.PeerAddress
 	}
 	s.obs.Read(now, values)
+	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
 	s.logLost(lost)
 	checkTaint := s.taint.Due(now, s.obs.Renewing(s.cfg.Node, now))

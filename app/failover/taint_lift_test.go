@@ -79,7 +79,7 @@ func newReturned(t *testing.T, rule liveness.TaintRule, states ...replica.State)
 		defer r.mu.Unlock()
 		return append([]ports.SnapshotInfo(nil), r.pool...), nil
 	}).AnyTimes()
-	r.eff = mocks.NewMockFailoverEffects(ctrl)
+	r.eff = newEffects(ctrl)
 	r.eff.EXPECT().Tainted(gomock.Any(), replica.Node("a")).DoAndReturn(func(context.Context, replica.Node) (bool, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()

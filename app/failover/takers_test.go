@@ -115,7 +115,7 @@ func TestACopyThePrimaryNeverAcknowledgedNeverTakesOver(t *testing.T) {
 	clock := &fakeClock{}
 	store := mocks.NewMockSnapshotStore(ctrl)
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
-	eff := mocks.NewMockFailoverEffects(ctrl)
+	eff := newEffects(ctrl)
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
 	for at := time.Duration(0); at <= 8*time.Second; at += 500 * time.Millisecond {

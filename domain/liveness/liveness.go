@@ -184,6 +184,7 @@ type Observer struct {
 	seen     map[replica.Node]sighting
 	promised map[replica.Node]time.Duration
 	blind    bool
+	off      []replica.Node // declared shut down (OutOfService)
 }
 
 type sighting struct {
@@ -221,6 +222,16 @@ func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
 	}
 }
 
+// OutOfService records the nodes an administrator declared shut down
+// (Kubernetes' out-of-service taint), as read with the leases: Lost names
+// them at once, whatever their lease or a promise says. The declaration
+// is the administrator's word that the node runs nothing (as Kubernetes'
+// own non-graceful node shutdown relies on it); a node still running
+// when so declared may write after its volumes are taken over.
+func (o *Observer) OutOfService(nodes []replica.Node) {
+	o.off = slices.Clone(nodes)
+}
+
 // Blind records a read that failed: the leases' ages restart at the next
 // read that succeeds.
 func (o *Observer) Blind() { o.blind = true }
@@ -248,22 +259,28 @@ func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Dur
 
 // Lost lists, sorted, the nodes this observer may take for lost at now:
 // seen, not itself, their lease unchanged for Duration + Margin, and no
-// promise of this observer's running. Nothing while blind.
+// promise of this observer's running; or declared out of service. Nothing
+// while blind.
 func (o *Observer) Lost(now time.Duration) []replica.Node {
 	if o.blind {
 		return nil
 	}
 	var out []replica.Node
 	for n, s := range o.seen {
-		if n == o.self || now < o.promised[n] {
+		if n == o.self {
 			continue
 		}
-		if o.cfg.Lost(s.at, now) {
+		if slices.Contains(o.off, n) || (now >= o.promised[n] && o.cfg.Lost(s.at, now)) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range o.off {
+		if _, seen := o.seen[n]; !seen && n != o.self {
 			out = append(out, n)
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // Takeover is one volume a node must take over: its active primary's

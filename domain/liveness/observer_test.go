@@ -3,6 +3,7 @@ package liveness
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 )
@@ -112,5 +113,26 @@ func TestOnlyTheSuccessorTakesAnActivePrimarysVolumeOver(t *testing.T) {
 	}
 	if got := Takeovers([]replica.State{st}, []replica.Node{"c"}, "b", 1); len(got) != 0 {
 		t.Fatalf("takes over %+v from a live primary", got)
+	}
+}
+
+func TestANodeDeclaredOutOfServiceIsLostAtOnceButNeverItself(t *testing.T) {
+	o := NewObserver(cfg, "b")
+	o.Read(0, map[replica.Node]string{"a": "1", "b": "1"})
+	if ok, _ := o.Promise("a", 0); !ok {
+		t.Fatal("no promise")
+	}
+	o.OutOfService([]replica.Node{"a", "b", "z"})
+	if got := o.Lost(time.Second); !slices.Equal(got, []replica.Node{"a", "z"}) {
+		t.Fatalf("lost %v, want [a z]: declared out of service (a despite its promise), never b itself", got)
+	}
+	o.Blind()
+	if got := o.Lost(time.Second); len(got) != 0 {
+		t.Fatalf("lost %v while blind", got)
+	}
+	o.Read(2*time.Second, map[replica.Node]string{"a": "2", "b": "2"})
+	o.OutOfService(nil)
+	if got := o.Lost(2 * time.Second); len(got) != 0 {
+		t.Fatalf("lost %v once the declaration is withdrawn", got)
 	}
 }

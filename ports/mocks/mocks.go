@@ -1046,6 +1046,21 @@ func (mr *MockFailoverEffectsMockRecorder) EvictPods(ctx, node, id any) *gomock.
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "EvictPods", reflect.TypeOf((*MockFailoverEffects)(nil).EvictPods), ctx, node, id)
 }
 
+// OutOfService mocks base method.
+func (m *MockFailoverEffects) OutOfService(ctx context.Context) ([]replica.Node, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "OutOfService", ctx)
+	ret0, _ := ret[0].([]replica.Node)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// OutOfService indicates an expected call of OutOfService.
+func (mr *MockFailoverEffectsMockRecorder) OutOfService(ctx any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "OutOfService", reflect.TypeOf((*MockFailoverEffects)(nil).OutOfService), ctx)
+}
+
 // Taint mocks base method.
 func (m *MockFailoverEffects) Taint(ctx context.Context, node replica.Node, on bool) error {
 	m.ctrl.T.Helper()

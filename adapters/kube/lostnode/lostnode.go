@@ -54,6 +54,29 @@ func (e *Effects) Unplace(ctx context.Context, node replica.Node, id volume.ID) 
 	return nil
 }
 
+// OutOfServiceTaint is Kubernetes' taint of a node known to be shut down
+// (non-graceful node shutdown).
+const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
+
+// OutOfService lists the nodes carrying the out-of-service taint (any
+// value and effect), read from the API server's cache.
+func (e *Effects) OutOfService(ctx context.Context) ([]replica.Node, error) {
+	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []replica.Node
+	for _, n := range nodes.Items {
+		for _, t := range n.Spec.Taints {
+			if t.Key == OutOfServiceTaint {
+				out = append(out, replica.Node(n.Name))
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // Tainted reports whether node carries Ferry's taint.
 func (e *Effects) Tainted(ctx context.Context, node replica.Node) (bool, error) {
 	n, err := e.client.CoreV1().Nodes().Get(ctx, string(node), metav1.GetOptions{})
