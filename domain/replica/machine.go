@@ -649,50 +649,12 @@ func (m *Machine) decide() Action {
 	return m.retention()
 }
 
-// keepAs names the copy a rollback to `to` (or a replacement, which keeps
-// nothing: to is zero) keeps aside before it discards `discard` (and,
-// when changed, changes never snapshotted), or returns "" when nothing is
-// kept. A replica that returns after its successor pruned their common
-// base is replaced rather than rolled back: the same rule applies. A copy is kept when what goes may be writes the
-// volume holds nowhere else:
-//
-//   - a snapshot of an ended epoch (older than the state's): a fenced
-//     primary's history, which its successor never received. (It may
-//     also be an ancestor of the newest snapshot that the peer pruned: a
-//     copy kept for nothing, which costs space, never data.)
-//   - changes never snapshotted on top of a snapshot of an ended epoch: a
-//     fenced primary's writes since its last snapshot. The state names
-//     only the current primary, so a replica restarted on a returned node
-//     cannot tell that it was the primary of the ended epoch: a secondary
-//     that had not yet received the new epoch's first snapshot when it
-//     changed is kept too (rare, and once per snapshot it starts from).
-//
-// Changes on top of a snapshot of the current epoch are a secondary's
-// (the current epoch's primary snapshots its own), typically access times
-// that reads of a mounted secondary wrote: keeping a full copy for each
-// would fill the pool, and they are no one's writes; nor are snapshots of
-// the current epoch alone (ancestors of the newest that the peer pruned).
-// Nothing is kept for either.
-//
-// The name is stable while the decision stands, so a retried rollback
-// finds its copy made: the epoch it is decided in and the newest snapshot
-// the copy holds (the newest discarded, else the one rolled back to). Two
-// rollbacks of one epoch do not start from the same snapshot: after the
-// first, the replica receives newer ones before it could diverge again.
+// keepAs names the copy a rollback to `to` (or a replacement: to is
+// zero) keeps aside before it discards `discard` and, when changed,
+// changes never snapshotted; "" when nothing is kept. The rule is
+// fencedCopy's, on this machine's view of the volume's epoch.
 func (m *Machine) keepAs(to Snap, discard []Snap, changed bool) string {
-	from, keep := to, changed && to.Epoch < m.state.Epoch
-	for _, s := range discard {
-		if s.Epoch < m.state.Epoch {
-			keep = true
-		}
-		if s.Newer(from) {
-			from = s
-		}
-	}
-	if !keep {
-		return ""
-	}
-	return fmt.Sprintf("fenced-e%d-%s", m.state.Epoch, SnapshotName(from))
+	return fencedCopy(m.state.Epoch, to, discard, changed)
 }
 
 // plannable is what the source holds that may be fetched: never a fenced
