@@ -342,12 +342,16 @@ func (w *world) step(n *simNode) error {
 		err := w.cas(func(s *State) error { return Acknowledge(s, n.name, s.Epoch, Candidates(*s, n.name)) })
 		w.logf("%s: acknowledges takers -> %v", n.name, err)
 	}
-	seen := w.state
+	seen, fresh := w.state, true
 	if !w.quiet && len(w.history) > 0 && w.r.Intn(6) == 0 {
-		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache
+		seen, fresh = w.history[w.r.Intn(len(w.history))], false // a lagging cache
 	}
 	_ = n.m.Step(Observed{State: cloneState(seen)})
-	n.seen = w.writes
+	if fresh {
+		// A lagging cache has not delivered the newest writes yet: the
+		// watch still wakes the replica for them.
+		n.seen = w.writes
+	}
 	// The store is listed only when the machine's view of it is stale:
 	// nothing but its own actions changes it (as the volume manager does).
 	if n.m.NeedsLocal() {
