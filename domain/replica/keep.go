@@ -49,3 +49,31 @@ func fencedCopy(epoch Epoch, to Snap, discard []Snap, changed bool) string {
 	}
 	return fmt.Sprintf("fenced-e%d-%s", epoch, SnapshotName(from))
 }
+
+// KeepBeforeLeaving names the copy to keep aside before a replica's copy,
+// which holds h, goes whole (a leave: SIGTERM, or the daemon's adoption
+// of a surplus copy), or returns "" when nothing is kept. It is
+// fencedCopy's rule for a copy that loses everything: the copy's newest
+// snapshot and its ancestors are off the volume's current history unless
+// the current primary's entry names that very snapshot (the current
+// history passes through it; no peer listing is needed to know it), and
+// changes never snapshotted on top of it go too unless the store tells
+// there are none (h.Unchanged). So a node back after a takeover, whose
+// copy became surplus while a new one was made elsewhere, keeps its
+// fenced term's snapshots and writes before it leaves; a secondary of the
+// current epoch keeps nothing.
+//
+// It judges on s, which may lag: Leave asks it again on the newest state
+// and refuses a copy that needs keeping and was not kept (h.Kept).
+func KeepBeforeLeaving(s State, h Holding) string {
+	if h.Newest.Number == 0 {
+		// No replication snapshot: nothing of any term (data never
+		// snapshotted is never destroyed: Leave refuses it).
+		return ""
+	}
+	var off []Snap // not known to be on the current history
+	if p, ok := s.Replica(s.Primary); !ok || p.Holds() != h.Newest {
+		off = []Snap{h.Newest}
+	}
+	return fencedCopy(s.Epoch, h.Newest, off, !h.Unchanged)
+}

@@ -35,6 +35,7 @@ type Machine struct {
 	seenEpoch Epoch // the newest epoch observed: older views are ignored
 	local     []Snap
 	hasData   bool
+	unchanged bool // the store told that nothing was written since the newest snapshot
 	haveLocal bool
 
 	peer      Node   // the peer whose snapshot list peerSnaps is
@@ -96,10 +97,14 @@ type Event interface{ event() }
 type Observed struct{ State State }
 
 // LocalRead: the replication snapshots the local store holds, oldest first,
-// and whether it holds the volume's dataset at all.
+// and whether it holds the volume's dataset at all. Unchanged: the store
+// tells that nothing was written since the newest snapshot (false when
+// something was, or when it cannot tell; the caller may ask only when
+// terminating, the one decision that uses it).
 type LocalRead struct {
-	Snaps   []Snap
-	HasData bool
+	Snaps     []Snap
+	HasData   bool
+	Unchanged bool
 }
 
 // PeerRead: the replication snapshots a peer holds.
@@ -250,12 +255,19 @@ type BecomePrimary struct{}
 
 // LeaveVolume: remove this replica from the list by the safe-deletion rule
 // (Leave, in a compare-and-swap that fails with ErrUnsafe when not
-// allowed); on success the caller destroys the local copy.
+// allowed); on success the caller destroys the local copy. When KeepAs is
+// set, the copy may hold a fenced term's writes (KeepBeforeLeaving): the
+// caller first keeps it aside under that name, as for a Rollback, and
+// says so in Holds.Kept; a copy that cannot be kept (no space) stays,
+// listed, and the leave is retried: nothing is destroyed unkept.
 type LeaveVolume struct {
 	// Holds is what the local store holds: the rule is applied to it, not
 	// to the list's entry, which may lag.
 	Holds      Holding
 	VolumeGone bool
+	// KeepAs names the copy kept aside ("" when nothing is kept; always
+	// for a volume being deleted).
+	KeepAs string
 }
 
 // Alert: a conflict the machine cannot settle; raise it (log and event).
@@ -306,6 +318,7 @@ func (m *Machine) Step(ev Event) error {
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		m.hasData = e.HasData || len(e.Snaps) > 0
+		m.unchanged = e.Unchanged && len(e.Snaps) > 0
 	case PeerRead:
 		m.peer, m.peerSnaps, m.havePeer = e.Peer, sorted(e.Snaps), true
 	case Tick:
@@ -314,6 +327,10 @@ func (m *Machine) Step(ev Event) error {
 		m.backoff = false
 	case Terminate:
 		m.terminating, m.volumeGone = true, e.VolumeGone
+		// The leave is judged on what the store holds now (its newest
+		// snapshot, and whether it changed since: a fenced term's writes
+		// are kept aside first): listed again before deciding.
+		m.haveLocal = false
 	case SnapshotNow:
 		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
 	case Release:
@@ -585,7 +602,12 @@ func (m *Machine) decide() Action {
 		return ForgetFetch{Target: *m.forget}
 	}
 	if m.terminating {
-		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
+		holds := Holding{Newest: newest, HasData: m.hasData, Unchanged: m.unchanged}
+		keep := ""
+		if !m.volumeGone {
+			keep = KeepBeforeLeaving(m.state, holds)
+		}
+		return LeaveVolume{Holds: holds, VolumeGone: m.volumeGone, KeepAs: keep}
 	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
