@@ -2,12 +2,17 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -15,9 +20,10 @@ import (
 
 // fencedReturn: a snapshots v2 that b never receives, is lost, writes v3
 // after its last snapshot (never snapshotted); b takes over in a new epoch
-// and snapshots. a's volume manager is not running when it returns.
-func fencedReturn(t *testing.T) *cluster {
-	c := newCluster(t, 2, "a", "b")
+// and snapshots. a's volume manager is not running when it returns. The
+// other nodes (not started) may hold a copy later.
+func fencedReturn(t *testing.T, others ...replica.Node) *cluster {
+	c := newCluster(t, 2, append([]replica.Node{"a", "b"}, others...)...)
 	c.write("a", "v1")
 	c.start("a")
 	c.start("b")
@@ -144,4 +150,148 @@ func TestWithoutRoomToKeepTheFencedWritesNothingIsRolledBack(t *testing.T) {
 		t.Fatalf("the copy kept aside holds %q, want a's last write", got)
 	}
 	keptBeforeDiscard(t, c)
+}
+
+// fencedSurplus: after fencedReturn, a new copy is made on c, of the new
+// epoch's snapshot: with b's, replicationFactor 2 is met without a's,
+// whose copy is surplus when its node returns.
+func fencedSurplus(t *testing.T) *cluster {
+	c := fencedReturn(t, "c")
+	c.start("c")
+	c.eventually("c holds v4 and reported a snapshot of epoch 2", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		r, _ := st.Replica("c")
+		return c.holds("c", "v4") && r.SnapshotEpoch == 2
+	})
+	return c
+}
+
+// terminator is a's volume manager, not running (stopped by SIGTERM
+// before Terminate), on store.
+func (c *cluster) terminator(n replica.Node, store ports.SnapshotStore) *app.Replicator {
+	return app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3},
+		store, c.state, c.net, c.events, zap.NewNop())
+}
+
+// left: n's copy is destroyed and its entry gone.
+func (c *cluster) left(n replica.Node) bool {
+	st, _ := c.state.Get(ctx, volID)
+	_, listed := st.Replica(n)
+	_, err := c.stores[n].GetVolume(ctx, volID)
+	return !listed && errors.Is(err, ports.ErrNotFound)
+}
+
+// A node back after a takeover whose copy became surplus leaves on
+// SIGTERM by the safe-deletion rule, but only after its fenced term's
+// snapshot and the writes after it are kept aside.
+func TestASurplusCopyWithAFencedTermsWritesIsKeptAsideBeforeItLeavesOnTermination(t *testing.T) {
+	c := fencedSurplus(t)
+	if err := c.terminator("a", c.stores["a"]).Terminate(ctx, false); err != nil {
+		t.Fatalf("a's surplus copy did not leave: %v", err)
+	}
+	if !c.left("a") {
+		t.Fatal("a's copy is still there or still listed")
+	}
+	if got := keptData(t, c, "a"); got != "v3-never-snapshotted" {
+		t.Fatalf("the copy kept aside holds %q, want a's last write", got)
+	}
+}
+
+// Without room for the copy, the surplus copy stays as it is, listed: the
+// termination keeps it (a FencedWritesNotKept event says why, once), and
+// the next one, with space freed, keeps it aside and leaves.
+func TestWithoutRoomToKeepTheFencedWritesASurplusCopyIsNotDestroyed(t *testing.T) {
+	c := fencedSurplus(t)
+	store := &noSpace{SnapshotStore: c.stores["a"]}
+	store.full.Store(true)
+	r := c.terminator("a", store)
+	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+		t.Fatalf("Terminate without room for the copy: %v, want ErrUnsafe", err)
+	}
+	st, _ := c.state.Get(ctx, volID)
+	if _, listed := st.Replica("a"); !listed || !c.holds("a", "v3-never-snapshotted") || store.tries.Load() == 0 {
+		t.Fatalf("a's copy changed although its writes could not be kept (listed %v, %d tries)", listed, store.tries.Load())
+	}
+	if n := len(c.events.withReason("FencedWritesNotKept")); n != 1 {
+		t.Fatalf("%d FencedWritesNotKept events, want 1; all: %v", n, c.events.reasons())
+	}
+	store.full.Store(false)
+	if err := r.Terminate(ctx, false); err != nil {
+		t.Fatalf("a's surplus copy did not leave once space was freed: %v", err)
+	}
+	if !c.left("a") {
+		t.Fatal("a's copy is still there or still listed")
+	}
+	if got := keptData(t, c, "a"); got != "v3-never-snapshotted" {
+		t.Fatalf("the copy kept aside holds %q, want a's last write", got)
+	}
+}
+
+// A copy with a fenced term's writes that is not surplus (rf 2, and only
+// the takeover's successor holds the new epoch) makes no copy aside on
+// termination: the leave is refused before anything is kept.
+func TestARefusedLeaveKeepsNothingAside(t *testing.T) {
+	c := fencedReturn(t)
+	if err := c.terminator("a", c.stores["a"]).Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+		t.Fatalf("a left with only b holding the new epoch (rf 2): %v", err)
+	}
+	if r := c.events.reasons(); slices.Contains(r, "FencedWritesKept") || slices.Contains(r, "FencedWritesNotKept") || !c.holds("a", "v3-never-snapshotted") {
+		t.Fatalf("events %v: a refused leave kept (or changed) the copy", r)
+	}
+}
+
+// tells answers Unchanged as a pool that can tell (OpenZFS written=0).
+type tells struct {
+	ports.SnapshotStore
+	unchanged bool
+}
+
+func (s tells) Unchanged(context.Context, volume.ID) (bool, error) { return s.unchanged, nil }
+
+// After a handover whose new primary has not snapshotted yet (idle on
+// OpenZFS, it may never), a secondary's copy ends at the snapshot the new
+// primary's entry names, of the ended epoch. Where the pool tells that
+// nothing was written since, it leaves keeping nothing; where it cannot
+// tell (zfs-fuse, a directory), writes on top cannot be ruled out and it
+// is kept aside (for nothing here: space, never data).
+func TestASurplusCopyAtTheNewPrimarysSnapshotKeepsNothingWhereThePoolTellsItIsUnchanged(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		canTell  bool
+		wantKept int
+	}{{"the pool tells", true, 0}, {"the pool cannot tell", false, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := newCluster(t, 1, "a", "b")
+			cl.write("a", "v1")
+			cl.start("a")
+			cl.start("b")
+			cl.eventually("b reported a's snapshot", func() bool {
+				st, _ := cl.state.Get(ctx, volID)
+				a, _ := st.Replica("a")
+				b, _ := st.Replica("b")
+				return a.Snapshot > 0 && b.Holds() == a.Holds() && a.Holds() == cl.newestStoredSnap("a")
+			})
+			cl.stop("a")
+			cl.stop("b")
+			if _, err := cl.state.Update(ctx, volID, func(s *replica.State) error {
+				a, _ := s.Replica("a")
+				if err := replica.Demote(s, "a", s.Epoch, a.Holds()); err != nil {
+					return err
+				}
+				return replica.Promote(s, "b")
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var store ports.SnapshotStore = cl.stores["a"]
+			if c.canTell {
+				store = tells{SnapshotStore: store, unchanged: true}
+			}
+			if err := cl.terminator("a", store).Terminate(ctx, false); err != nil {
+				t.Fatalf("a's surplus copy did not leave: %v", err)
+			}
+			if n := len(cl.events.withReason("FencedWritesKept")); n != c.wantKept || !cl.left("a") {
+				t.Fatalf("%d FencedWritesKept events, want %d; left %v", n, c.wantKept, cl.left("a"))
+			}
+		})
+	}
 }

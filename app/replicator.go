@@ -471,7 +471,15 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		if err != nil {
 			return err
 		}
-		_ = r.m.Step(replica.LocalRead{Snaps: local, HasData: hasData})
+		read := replica.LocalRead{Snaps: local, HasData: hasData}
+		if r.terminating && len(local) > 0 {
+			// Only a leave asks whether the copy changed since its newest
+			// snapshot (a fenced term's writes are kept aside first): a
+			// pool that cannot tell, or a failed read, says it may have.
+			u, err := r.store.Unchanged(ctx, r.cfg.Volume)
+			read.Unchanged = err == nil && u
+		}
+		_ = r.m.Step(read)
 	}
 	r.mu.Lock()
 	self, _ := st.Replica(r.cfg.Node)

@@ -54,7 +54,7 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		if a.KeepAs != "" {
 			// A fenced term's writes are kept before anything is
 			// discarded; without the copy, nothing is.
-			if err := r.keepAside(ctx, a.KeepAs, a.Discard, "rolling back to "+to+": "+a.Reason); err != nil {
+			if err := r.keepAside(ctx, a.KeepAs, discarded(a.Discard), "rolling back to "+to+": "+a.Reason); err != nil {
 				return err
 			}
 		}
@@ -124,13 +124,13 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 	return fmt.Errorf("unknown action %T", a)
 }
 
-// keepAside keeps the volume as it is, before a rollback discards a
-// fenced term's writes, in a copy an operator can inspect and drop
-// (SnapshotStore.KeepAside), named in a FencedWritesKept event. When the
-// copy cannot be made (no space in the pool), the rollback does not
-// happen: a FencedWritesNotKept event says why, and the action is retried
-// until space is freed.
-func (r *Replicator) keepAside(ctx context.Context, name string, discard []replica.Snap, what string) error {
+// keepAside keeps the volume as it is, before a rollback, a replacement
+// or a leave discards a fenced term's writes (gone says what goes), in a
+// copy an operator can inspect and drop (SnapshotStore.KeepAside), named
+// in a FencedWritesKept event. When the copy cannot be made (no space in
+// the pool), nothing is discarded: a FencedWritesNotKept event says why,
+// and the action is retried until space is freed.
+func (r *Replicator) keepAside(ctx context.Context, name, gone, what string) error {
 	kept, err := r.store.KeepAside(ctx, r.cfg.Volume, name)
 	var ev ports.Event
 	if err != nil {
@@ -139,11 +139,11 @@ func (r *Replicator) keepAside(ctx context.Context, name string, discard []repli
 			hint = "; free space in the pool (the copy needs about the volume's used space) and it is retried"
 		}
 		ev = ports.Event{Type: ports.EventWarning, Reason: "FencedWritesNotKept",
-			Message: fmt.Sprintf("replica on %s keeps its copy as it is: keeping what it would discard (%v) aside as %s failed: %v%s (it was %s)", r.cfg.Node, discarded(discard), name, err, hint, what)}
+			Message: fmt.Sprintf("replica on %s keeps its copy as it is: keeping what it would discard (%s) aside as %s failed: %v%s (it was %s)", r.cfg.Node, gone, name, err, hint, what)}
 		r.log.Error("fenced writes not kept aside: nothing is discarded", zap.String("name", name), zap.Error(err))
 	} else {
 		ev = ports.Event{Type: ports.EventWarning, Reason: "FencedWritesKept",
-			Message: fmt.Sprintf("replica on %s keeps what it is about to discard (%v) as %s (%d bytes); inspect: %s; drop: %s (it is %s)", r.cfg.Node, discarded(discard), kept.Name, kept.SizeBytes, kept.Inspect, kept.Drop, what)}
+			Message: fmt.Sprintf("replica on %s keeps what it is about to discard (%s) as %s (%d bytes); inspect: %s; drop: %s (it is %s)", r.cfg.Node, gone, kept.Name, kept.SizeBytes, kept.Inspect, kept.Drop, what)}
 		r.log.Warn("fenced writes kept aside", zap.String("copy", kept.Name), zap.Int64("bytes", kept.SizeBytes), zap.String("drop", kept.Drop))
 	}
 	r.mu.Lock()
@@ -299,7 +299,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 		// Before a byte is received: without room for the copy, the old
 		// one stays as it is.
 		what := fmt.Sprintf("replacing its copy with %s from %s: %s", replica.SnapshotName(a.Target), a.Peer, a.Reason)
-		if err := r.keepAside(ctx, a.KeepAs, a.Discard, what); err != nil {
+		if err := r.keepAside(ctx, a.KeepAs, discarded(a.Discard), what); err != nil {
 			return err
 		}
 	}
@@ -393,16 +393,28 @@ func (r *Replicator) setTransfer(p *Progress) {
 func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 	// A former primary's CSI snapshot (a VolumeSnapshot's data) is never
 	// destroyed with the copy, not even when the volume is deleted: it
-	// outlives its volume, and the copy stays until it is deleted.
-	if err := r.guardDiscard(ctx, ""); err != nil {
+	// outlives its volume, and the copy stays until it is deleted. (The
+	// copy kept aside snapshots the volume under KeepAs for a moment.)
+	if err := r.guardDiscard(ctx, "", a.KeepAs); err != nil {
 		return err
 	}
 	if a.VolumeGone {
 		return r.leaveDeleted(ctx, a.Holds)
 	}
+	holds := a.Holds
+	if a.KeepAs != "" {
+		// The copy may hold a fenced term's writes: kept aside before
+		// anything changes; without the copy, the replica stays listed
+		// and nothing is destroyed (retried).
+		kept, err := r.keepBeforeLeaving(ctx, a)
+		if err != nil || !kept {
+			return err // refused, not kept, or the state gone (the orphan rule ran)
+		}
+		holds.Kept = a.KeepAs
+	}
 	var verdict replica.DeletionVerdict
 	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
-		v, err := replica.Leave(s, r.cfg.Node, a.Holds, a.VolumeGone)
+		v, err := replica.Leave(s, r.cfg.Node, holds, a.VolumeGone)
 		verdict = v
 		return err
 	})
@@ -434,6 +446,37 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 	}
 	r.log.Info("local copy destroyed", zap.String("reason", verdict.Reason), zap.String("holders", fmt.Sprint(verdict.Holders)))
 	return nil
+}
+
+// keepBeforeLeaving keeps the copy aside as a.KeepAs, but only for a leave
+// the safe-deletion rule allows, judged first on a fresh read as if the
+// copy were kept: a refused leave (a copy that is not surplus) makes no
+// full copy of the volume, which may not even fit in a stop's grace
+// period. It reports false, with nothing kept, when the volume's state is
+// gone (the copy then goes by the orphan rule: destroyed here).
+func (r *Replicator) keepBeforeLeaving(ctx context.Context, a replica.LeaveVolume) (bool, error) {
+	st, err := r.cluster.Get(ctx, r.cfg.Volume)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, r.destroyOrphan(ctx, a.Holds)
+	}
+	if err != nil {
+		return false, err
+	}
+	probe := a.Holds
+	probe.Kept = a.KeepAs
+	if v, err := replica.Leave(&st, r.cfg.Node, probe, false); err != nil {
+		r.log.Warn("keeping the local copy", zap.String("reason", v.Reason), zap.Error(err))
+		return false, err
+	}
+	gone := "its whole copy, up to " + replica.SnapshotName(a.Holds.Newest)
+	if !a.Holds.Unchanged {
+		gone += " and what was written after it"
+	}
+	what := "leaving the volume: its copy is destroyed once it is kept"
+	if err := r.keepAside(ctx, a.KeepAs, gone, what); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // leaveDeleted destroys the copy of a volume being deleted and then

@@ -2,6 +2,10 @@ package orchestration_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/mock/gomock"
@@ -134,5 +138,138 @@ func TestTheAdopterDestroysCopiesThatNeedNoPodWithoutStartingOne(t *testing.T) {
 				t.Errorf("b is still listed for %s", id)
 			}
 		}
+	}
+}
+
+// recorded keeps the events raised, for assertions.
+type recorded struct {
+	mu  sync.Mutex
+	got []ports.Event
+}
+
+func (r *recorded) Record(_ context.Context, _ volume.ID, ev ports.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, ev)
+}
+
+func (r *recorded) withReason(reason string) []ports.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ports.Event
+	for _, ev := range r.got {
+		if ev.Reason == reason {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// fencedCopyOn makes, on b's store, the copy of a primary fenced by a
+// takeover: ferry-1-1 (where a took over), ferry-1-2 that nobody
+// received, then writes never snapshotted. a took over in epoch 2 and c
+// holds a's snapshot of epoch 2: b's copy is surplus (rf 2).
+func fencedCopyOn(t *testing.T, store *memstore.Store, states *fakecluster.Store, id volume.ID) {
+	t.Helper()
+	ctx := context.Background()
+	info, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(data string) {
+		if err := os.WriteFile(filepath.Join(info.MountPath, "data"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	if _, err := store.CreateSnapshot(ctx, id, "ferry-1-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	write("v2-fenced")
+	s2, err := store.CreateSnapshot(ctx, id, "ferry-1-2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("v3-never-snapshotted")
+	if _, err := states.Create(ctx, replica.State{Volume: id, ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 7003, Active: true, Ready: true},
+		{Node: "b", Snapshot: 2, SnapshotEpoch: 1, SnapshotGUID: s2.GUID},
+		{Node: "c", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 7003, Ready: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A node back after a takeover finds its copy without a pod, surplus: the
+// daemon's leave keeps the fenced term's snapshot and writes aside before
+// it destroys the copy, and says so in a FencedWritesKept event.
+func TestTheAdopterKeepsAFencedTermsWritesAsideBeforeDestroyingASurplusCopy(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	states := fakecluster.New()
+	fencedCopyOn(t, store, states, "fenced")
+	ev := &recorded{}
+	ctrl := gomock.NewController(t)
+	w := mocks.NewMockReplicaWorkload(ctrl) // no Scale, no StartReplica
+	w.EXPECT().Status(gomock.Any(), volume.ID("fenced"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1}, nil)
+	leave := func(ctx context.Context, id volume.ID) error {
+		return app.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
+	}
+	started, err := orchestration.NewAdopter("b", store, states, w, leave, zap.NewNop()).Sync(ctx)
+	if err != nil || len(started) != 0 {
+		t.Fatalf("started %v, %v; want none", started, err)
+	}
+	if _, err := store.GetVolume(ctx, "fenced"); err == nil {
+		t.Fatal("b's surplus copy is still there")
+	}
+	if st, _ := states.Get(ctx, "fenced"); len(st.Replicas) != 2 {
+		t.Fatalf("b is still listed: %+v", st.Replicas)
+	}
+	kept := ev.withReason("FencedWritesKept")
+	if len(kept) != 1 {
+		t.Fatalf("FencedWritesKept events: %+v, want one", ev.got)
+	}
+	name := "kept/fenced-fenced-e2-ferry-1-2"
+	if !strings.Contains(kept[0].Message, name) {
+		t.Fatalf("FencedWritesKept says %q, want the copy %s", kept[0].Message, name)
+	}
+	if got := string(store.KeptFiles(name)["data"]); got != "v3-never-snapshotted" {
+		t.Fatalf("the copy kept aside holds %q, want b's last write", got)
+	}
+}
+
+// Without room to keep the fenced writes, the surplus copy is not
+// destroyed: it stays listed, FencedWritesNotKept says why, and its
+// volume manager is started (it keeps the copy as it is until space is
+// freed, then keeps it aside and resyncs or leaves).
+func TestTheAdopterDestroysNoSurplusCopyWhoseFencedWritesCannotBeKept(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New(t.TempDir(), volume.MiB, 1) // the volume's reservation fills the pool
+	states := fakecluster.New()
+	fencedCopyOn(t, store, states, "fenced")
+	ev := &recorded{}
+	ctrl := gomock.NewController(t)
+	w := mocks.NewMockReplicaWorkload(ctrl)
+	w.EXPECT().Status(gomock.Any(), volume.ID("fenced"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1}, nil)
+	w.EXPECT().Scale(gomock.Any(), volume.ID("fenced"), 2).Return(nil)
+	w.EXPECT().StartReplica(gomock.Any(), volume.ID("fenced"), replica.Node("b"), gomock.Any(), false).Return(nil)
+	leave := func(ctx context.Context, id volume.ID) error {
+		return app.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
+	}
+	if _, err := orchestration.NewAdopter("b", store, states, w, leave, zap.NewNop()).Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.GetVolume(ctx, "fenced")
+	if err != nil {
+		t.Fatalf("b's copy was destroyed although its fenced writes could not be kept: %v", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(info.MountPath, "data")); string(data) != "v3-never-snapshotted" {
+		t.Fatalf("b's copy holds %q, want its last write", data)
+	}
+	if st, _ := states.Get(ctx, "fenced"); len(st.Replicas) != 3 {
+		t.Fatalf("b is no longer listed: %+v", st.Replicas)
+	}
+	if n := len(ev.withReason("FencedWritesNotKept")); n != 1 || len(ev.withReason("FencedWritesKept")) != 0 {
+		t.Fatalf("events %+v: want one FencedWritesNotKept", ev.got)
 	}
 }

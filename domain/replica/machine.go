@@ -35,6 +35,7 @@ type Machine struct {
 	seenEpoch Epoch // the newest epoch observed: older views are ignored
 	local     []Snap
 	hasData   bool
+	unchanged bool // the store told that nothing was written since the newest snapshot
 	haveLocal bool
 
 	peer      Node   // the peer whose snapshot list peerSnaps is
@@ -96,10 +97,14 @@ type Event interface{ event() }
 type Observed struct{ State State }
 
 // LocalRead: the replication snapshots the local store holds, oldest first,
-// and whether it holds the volume's dataset at all.
+// and whether it holds the volume's dataset at all. Unchanged: the store
+// tells that nothing was written since the newest snapshot (false when
+// something was, or when it cannot tell; the caller may ask only when
+// terminating, the one decision that uses it).
 type LocalRead struct {
-	Snaps   []Snap
-	HasData bool
+	Snaps     []Snap
+	HasData   bool
+	Unchanged bool
 }
 
 // PeerRead: the replication snapshots a peer holds.
@@ -250,12 +255,19 @@ type BecomePrimary struct{}
 
 // LeaveVolume: remove this replica from the list by the safe-deletion rule
 // (Leave, in a compare-and-swap that fails with ErrUnsafe when not
-// allowed); on success the caller destroys the local copy.
+// allowed); on success the caller destroys the local copy. When KeepAs is
+// set, the copy may hold a fenced term's writes (KeepBeforeLeaving): the
+// caller first keeps it aside under that name, as for a Rollback, and
+// says so in Holds.Kept; a copy that cannot be kept (no space) stays,
+// listed, and the leave is retried: nothing is destroyed unkept.
 type LeaveVolume struct {
 	// Holds is what the local store holds: the rule is applied to it, not
 	// to the list's entry, which may lag.
 	Holds      Holding
 	VolumeGone bool
+	// KeepAs names the copy kept aside ("" when nothing is kept; always
+	// for a volume being deleted).
+	KeepAs string
 }
 
 // Alert: a conflict the machine cannot settle; raise it (log and event).
@@ -306,6 +318,7 @@ func (m *Machine) Step(ev Event) error {
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		m.hasData = e.HasData || len(e.Snaps) > 0
+		m.unchanged = e.Unchanged && len(e.Snaps) > 0
 	case PeerRead:
 		m.peer, m.peerSnaps, m.havePeer = e.Peer, sorted(e.Snaps), true
 	case Tick:
@@ -314,6 +327,10 @@ func (m *Machine) Step(ev Event) error {
 		m.backoff = false
 	case Terminate:
 		m.terminating, m.volumeGone = true, e.VolumeGone
+		// The leave is judged on what the store holds now (its newest
+		// snapshot, and whether it changed since: a fenced term's writes
+		// are kept aside first): listed again before deciding.
+		m.haveLocal = false
 	case SnapshotNow:
 		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
 	case Release:
@@ -585,7 +602,12 @@ func (m *Machine) decide() Action {
 		return ForgetFetch{Target: *m.forget}
 	}
 	if m.terminating {
-		return LeaveVolume{Holds: Holding{Newest: newest, HasData: m.hasData}, VolumeGone: m.volumeGone}
+		holds := Holding{Newest: newest, HasData: m.hasData, Unchanged: m.unchanged}
+		keep := ""
+		if !m.volumeGone {
+			keep = KeepBeforeLeaving(m.state, holds)
+		}
+		return LeaveVolume{Holds: holds, VolumeGone: m.volumeGone, KeepAs: keep}
 	}
 	probe := self
 	probe.Snapshot, probe.SnapshotEpoch = newest.Number, newest.Epoch
@@ -649,50 +671,12 @@ func (m *Machine) decide() Action {
 	return m.retention()
 }
 
-// keepAs names the copy a rollback to `to` (or a replacement, which keeps
-// nothing: to is zero) keeps aside before it discards `discard` (and,
-// when changed, changes never snapshotted), or returns "" when nothing is
-// kept. A replica that returns after its successor pruned their common
-// base is replaced rather than rolled back: the same rule applies. A copy is kept when what goes may be writes the
-// volume holds nowhere else:
-//
-//   - a snapshot of an ended epoch (older than the state's): a fenced
-//     primary's history, which its successor never received. (It may
-//     also be an ancestor of the newest snapshot that the peer pruned: a
-//     copy kept for nothing, which costs space, never data.)
-//   - changes never snapshotted on top of a snapshot of an ended epoch: a
-//     fenced primary's writes since its last snapshot. The state names
-//     only the current primary, so a replica restarted on a returned node
-//     cannot tell that it was the primary of the ended epoch: a secondary
-//     that had not yet received the new epoch's first snapshot when it
-//     changed is kept too (rare, and once per snapshot it starts from).
-//
-// Changes on top of a snapshot of the current epoch are a secondary's
-// (the current epoch's primary snapshots its own), typically access times
-// that reads of a mounted secondary wrote: keeping a full copy for each
-// would fill the pool, and they are no one's writes; nor are snapshots of
-// the current epoch alone (ancestors of the newest that the peer pruned).
-// Nothing is kept for either.
-//
-// The name is stable while the decision stands, so a retried rollback
-// finds its copy made: the epoch it is decided in and the newest snapshot
-// the copy holds (the newest discarded, else the one rolled back to). Two
-// rollbacks of one epoch do not start from the same snapshot: after the
-// first, the replica receives newer ones before it could diverge again.
+// keepAs names the copy a rollback to `to` (or a replacement: to is
+// zero) keeps aside before it discards `discard` and, when changed,
+// changes never snapshotted; "" when nothing is kept. The rule is
+// fencedCopy's, on this machine's view of the volume's epoch.
 func (m *Machine) keepAs(to Snap, discard []Snap, changed bool) string {
-	from, keep := to, changed && to.Epoch < m.state.Epoch
-	for _, s := range discard {
-		if s.Epoch < m.state.Epoch {
-			keep = true
-		}
-		if s.Newer(from) {
-			from = s
-		}
-	}
-	if !keep {
-		return ""
-	}
-	return fmt.Sprintf("fenced-e%d-%s", m.state.Epoch, SnapshotName(from))
+	return fencedCopy(m.state.Epoch, to, discard, changed)
 }
 
 // plannable is what the source holds that may be fetched: never a fenced

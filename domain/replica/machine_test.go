@@ -229,7 +229,7 @@ func (e *scriptEnv) run(f []string) error {
 		n := Node(f[1])
 		m := e.machines[n]
 		_ = m.Step(Observed{State: cloneState(e.state)})
-		_ = m.Step(LocalRead{Snaps: append([]Snap(nil), e.local[n]...)})
+		_ = m.Step(e.localRead(n))
 		a, ok := m.Next()
 		if !ok {
 			return fmt.Errorf("%s has nothing to do", n)
@@ -313,7 +313,7 @@ func (e *scriptEnv) step(n Node, limit int) {
 	}
 	for i := 0; i < limit; i++ {
 		_ = m.Step(Observed{State: cloneState(e.state)})
-		_ = m.Step(LocalRead{Snaps: append([]Snap(nil), e.local[n]...)})
+		_ = m.Step(e.localRead(n))
 		a, ok := m.Next()
 		if !ok {
 			return
@@ -330,6 +330,12 @@ func (e *scriptEnv) step(n Node, limit int) {
 		}
 		_ = m.Step(ActionDone{Action: a, Err: err})
 	}
+}
+
+// localRead is what node's store holds; a pool that can tell (cantell)
+// says whether anything was written since the newest snapshot.
+func (e *scriptEnv) localRead(n Node) LocalRead {
+	return LocalRead{Snaps: append([]Snap(nil), e.local[n]...), Unchanged: e.canTell[n] && !e.dirty[n]}
 }
 
 // cloneState copies a state; Replica holds no pointers, so copying the
@@ -371,6 +377,9 @@ func describe(a Action) string {
 	case DestroySnapshots:
 		return fmt.Sprintf("destroy %v", a.Snaps)
 	case LeaveVolume:
+		if a.KeepAs != "" {
+			return "leave keeping " + a.KeepAs
+		}
 		return "leave"
 	case BecomePrimary:
 		return "become primary"
@@ -434,7 +443,9 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 		}
 		e.local[n] = kept
 	case LeaveVolume:
-		if err := e.cas(func(s *State) error { _, err := Leave(s, n, a.Holds, a.VolumeGone); return err }); err != nil {
+		holds := a.Holds
+		holds.Kept = a.KeepAs // kept aside first (SnapshotStore.KeepAside), when named
+		if err := e.cas(func(s *State) error { _, err := Leave(s, n, holds, a.VolumeGone); return err }); err != nil {
 			return err
 		}
 		e.local[n] = nil

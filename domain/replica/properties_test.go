@@ -91,7 +91,9 @@ func FuzzLeaveNeverDropsCopiesOfTheNewestBelowTheBudget(f *testing.F) {
 			if !ok {
 				continue
 			}
-			_, err := Leave(&w.s, node, Holding{Newest: held, HasData: held.Number > 0}, false)
+			h := Holding{Newest: held, HasData: held.Number > 0}
+			h.Kept = KeepBeforeLeaving(w.s, h) // a fenced term's writes are kept aside first
+			_, err := Leave(&w.s, node, h, false)
 			if err != nil {
 				continue
 			}

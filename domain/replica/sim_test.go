@@ -43,14 +43,15 @@ type simNode struct {
 	dirty    bool // written since the newest snapshot
 	cut      bool // partitioned from its peers
 	inFlight Action
-	ticks    int  // ticks left until the transfer in flight ends
-	healed   bool // the transfer in flight started after the world healed
-	gone     bool // left the volume
-	mounted  bool // the pod writes here (the active primary of the sim's view)
-	release  bool // unpublish asked; re-asked after a restart (the kubelet retries)
-	acquire  bool // publish asked, not yet answered; re-asked after a restart
-	fenced   bool // a takeover ended its term while it may have held unsnapshotted writes
-	term     bool // terminate asked (a restart is a new volume manager that stays)
+	ticks    int      // ticks left until the transfer in flight ends
+	healed   bool     // the transfer in flight started after the world healed
+	gone     bool     // left the volume
+	mounted  bool     // the pod writes here (the active primary of the sim's view)
+	release  bool     // unpublish asked; re-asked after a restart (the kubelet retries)
+	acquire  bool     // publish asked, not yet answered; re-asked after a restart
+	fenced   bool     // a takeover ended its term while it may have held unsnapshotted writes
+	term     bool     // terminate asked (a restart is a new volume manager that stays)
+	kept     []string // copies kept aside before a leave
 	// seen is the world's write count at this node's last read: an idle
 	// machine (Wake < 0) is woken only by a change, as a watch wakes it.
 	seen int
@@ -65,7 +66,10 @@ type world struct {
 	lines   []string
 	joiners int
 	quiet   bool // no faults: the world has healed
-	writes  int  // writes to the shared state so far
+	// violation: an invariant an action broke while carried out
+	// (reported by the next check).
+	violation error
+	writes    int // writes to the shared state so far
 }
 
 // errCrash: the node crashed in the middle of an action.
@@ -127,7 +131,7 @@ func (w *world) describe() string {
 		fmt.Fprintf(&b, "  %s: %v active=%v ready=%v fetching=%v\n", r.Node, r.Holds(), r.Active, r.Ready, r.Fetching)
 	}
 	for _, n := range w.nodes {
-		fmt.Fprintf(&b, "  store %s: %v up=%v cut=%v gone=%v mounted=%v dirty=%v\n", n.name, n.store, n.m != nil, n.cut, n.gone, n.mounted, n.dirty)
+		fmt.Fprintf(&b, "  store %s: %v up=%v cut=%v gone=%v mounted=%v dirty=%v kept=%v\n", n.name, n.store, n.m != nil, n.cut, n.gone, n.mounted, n.dirty, n.kept)
 	}
 	return b.String()
 }
@@ -342,16 +346,22 @@ func (w *world) step(n *simNode) error {
 		err := w.cas(func(s *State) error { return Acknowledge(s, n.name, s.Epoch, Candidates(*s, n.name)) })
 		w.logf("%s: acknowledges takers -> %v", n.name, err)
 	}
-	seen := w.state
+	seen, fresh := w.state, true
 	if !w.quiet && len(w.history) > 0 && w.r.Intn(6) == 0 {
-		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache
+		seen, fresh = w.history[w.r.Intn(len(w.history))], false // a lagging cache
 	}
 	_ = n.m.Step(Observed{State: cloneState(seen)})
-	n.seen = w.writes
+	if fresh {
+		// A lagging cache has not delivered the newest writes yet: the
+		// watch still wakes the replica for them.
+		n.seen = w.writes
+	}
 	// The store is listed only when the machine's view of it is stale:
 	// nothing but its own actions changes it (as the volume manager does).
 	if n.m.NeedsLocal() {
-		_ = n.m.Step(LocalRead{Snaps: append([]Snap(nil), n.store...), HasData: n.hasData})
+		// Half the time the pool tells whether anything was written
+		// since the newest snapshot (OpenZFS written), never wrongly.
+		_ = n.m.Step(LocalRead{Snaps: append([]Snap(nil), n.store...), HasData: n.hasData, Unchanged: !n.dirty && w.r.Intn(2) == 0})
 	}
 	a, ok := n.m.Next()
 	if !ok {
@@ -440,8 +450,22 @@ func (w *world) exec(n *simNode, a Action) error {
 		}
 		return w.discard(n, func(s Snap) bool { return gone[s] }, "retention")
 	case LeaveVolume:
-		if err := w.cas(func(s *State) error { _, err := Leave(s, n.name, a.Holds, a.VolumeGone); return err }); err != nil {
+		holds := a.Holds
+		if a.KeepAs != "" {
+			// Kept aside first (SnapshotStore.KeepAside, outside the
+			// volume's store: it survives the leave).
+			n.kept = append(n.kept, a.KeepAs)
+			holds.Kept = a.KeepAs
+			if w.crash(n) {
+				return errCrash
+			}
+		}
+		if err := w.cas(func(s *State) error { _, err := Leave(s, n.name, holds, a.VolumeGone); return err }); err != nil {
 			return err
+		}
+		if n.dirty && holds.Kept == "" && !a.VolumeGone && w.violation == nil {
+			// Only a fenced primary's copy is written to and not mounted.
+			w.violation = fmt.Errorf("%s left, destroying writes never snapshotted (a fenced term's) without keeping them aside", n.name)
 		}
 		if w.crash(n) {
 			return errCrash
@@ -576,6 +600,9 @@ func (w *world) copies(x Snap) int {
 //   - at most one active primary, only the state's primary, one writer;
 //   - the stored state is valid.
 func (w *world) check(before Snap, count int) error {
+	if w.violation != nil {
+		return w.violation
+	}
 	after := w.newest()
 	switch {
 	case before.Newer(after):

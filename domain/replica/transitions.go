@@ -188,6 +188,13 @@ func Demote(s *State, node Node, epoch Epoch, final Snap) error {
 type Holding struct {
 	Newest  Snap
 	HasData bool
+	// Unchanged: the store tells that nothing was written since Newest
+	// (OpenZFS: written=0). False when something was, or when it cannot
+	// tell (zfs-fuse).
+	Unchanged bool
+	// Kept names the copy kept aside before the leave (SnapshotStore.
+	// KeepAside, as KeepBeforeLeaving named it); "" when none was made.
+	Kept string
 }
 
 // Leave removes node from the list if the safe-deletion rule allows it,
@@ -202,10 +209,20 @@ type Holding struct {
 // a replica that believes its volume deleted while the state says
 // otherwise is held to the safe-deletion rule. The active primary may
 // leave only a volume being deleted.
+//
+// A copy that may hold a fenced term's writes (KeepBeforeLeaving, judged
+// here on the newest state, since the leave may have been decided on one
+// that lagged) leaves only once it was kept aside (holds.Kept), unless
+// the volume is being deleted.
 func Leave(s *State, node Node, holds Holding, volumeGone bool) (DeletionVerdict, error) {
 	volumeGone = volumeGone && s.Deleting
 	if !volumeGone && holds.HasData && holds.Newest.Number == 0 {
 		v := DeletionVerdict{Reason: "it holds data that was never snapshotted"}
+		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
+	}
+	if k := KeepBeforeLeaving(*s, holds); !volumeGone && holds.Kept == "" && k != "" {
+		v := DeletionVerdict{Reason: fmt.Sprintf("it may hold a fenced term's writes (%s and what was written after it, of epoch %d, which ended): they must be kept aside as %s first",
+			SnapshotName(holds.Newest), holds.Newest.Epoch, k)}
 		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
 	}
 	probe := *s
