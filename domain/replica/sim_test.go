@@ -51,8 +51,10 @@ type simNode struct {
 	acquire  bool // publish asked, not yet answered; re-asked after a restart
 	fenced   bool // a takeover ended its term while it may have held unsnapshotted writes
 	term     bool // terminate asked (a restart is a new volume manager that stays)
-	// seen is the world's write count at this node's last read: an idle
-	// machine (Wake < 0) is woken only by a change, as a watch wakes it.
+	// seen is the world's write count at the view this node last read
+	// (older than the newest after a lagging read): an idle machine
+	// (Wake < 0) is woken only by a change it has not seen, as a watch
+	// wakes it.
 	seen int
 }
 
@@ -335,12 +337,16 @@ func (w *world) step(n *simNode) error {
 	if n.m == nil || n.inFlight != nil {
 		return nil
 	}
-	seen := w.state
+	seen, writes := w.state, w.writes
 	if !w.quiet && len(w.history) > 0 && w.r.Intn(6) == 0 {
-		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache
+		// A lagging cache: the writes after the view it returns are still
+		// to be notified, as a watch does for every change it has not
+		// delivered yet.
+		i := w.r.Intn(len(w.history))
+		seen, writes = w.history[i], w.writes-(len(w.history)-i)
 	}
 	_ = n.m.Step(Observed{State: cloneState(seen)})
-	n.seen = w.writes
+	n.seen = writes
 	// The store is listed only when the machine's view of it is stale:
 	// nothing but its own actions changes it (as the volume manager does).
 	if n.m.NeedsLocal() {
