@@ -55,3 +55,17 @@ func TestSimulationSeed308691(t *testing.T) {
 		t.Fatalf("%v\nlast steps:\n%s", err, w.trace())
 	}
 }
+
+// The world's takeover dropped a publish waiting on the taker without
+// abandoning it (a node's publish waits while j2 is active; j2's node is
+// lost and a takes over): the machine went on acquiring for a publish
+// nobody waited for, which a volume manager never does (its Acquire is
+// answered or gives up with Abandon). The world now keeps the publish
+// waiting, and checks after every step that a machine acquires only for
+// a publish still waiting.
+func TestSimulationSeed42(t *testing.T) {
+	w := newWorld(42)
+	if err := w.run(1000); err != nil {
+		t.Fatalf("%v\nlast steps:\n%s", err, w.trace())
+	}
+}

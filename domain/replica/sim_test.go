@@ -325,9 +325,16 @@ func (w *world) takeover(n *simNode) error {
 	err := w.cas(func(s *State) error { return Takeover(s, n.name, lost.name, n.m.cfg.AllowedLag) })
 	w.logf("%s: takeover from %s -> %v", n.name, lost.name, err)
 	if err == nil {
-		// Fencing stops the lost primary's writers (the node-loss stage).
+		// Fencing stops the lost primary's writers (the node-loss stage);
+		// its pods, re-created, are published here, where the replica is
+		// now the active primary. A publish already waiting here keeps
+		// waiting, as it does in the volume manager: the takeover is the
+		// daemon's compare-and-swap, which the machine only observes, and
+		// the waiting Acquire is answered once the machine confirms it on
+		// the newest state (Promote changes nothing for the active
+		// primary), or given up with Abandon.
 		lost.mounted, lost.fenced = false, true
-		n.mounted, n.release, n.acquire = true, false, false
+		n.mounted = true
 	}
 	return nil
 }
@@ -573,6 +580,7 @@ func (w *world) copies(x Snap) int {
 //     before the step);
 //   - the list never claims a copy a store does not hold;
 //   - at most one active primary, only the state's primary, one writer;
+//   - a machine acquires only for a publish still waiting;
 //   - the stored state is valid.
 func (w *world) check(before Snap, count int) error {
 	after := w.newest()
@@ -592,6 +600,13 @@ func (w *world) check(before Snap, count int) error {
 	}
 	mounted := 0
 	for _, n := range w.nodes {
+		if n.m != nil {
+			if acquiring, _ := n.m.Acquiring(); acquiring && !n.acquire {
+				// A publish answers the kubelet or gives up (Abandon): it
+				// is never dropped while the machine works for it.
+				return fmt.Errorf("%s acquires for a publish that no longer waits", n.name)
+			}
+		}
 		if n.mounted {
 			mounted++
 			if r, _ := w.state.Replica(n.name); w.state.Primary != n.name || !r.Active {
