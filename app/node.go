@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -24,10 +23,6 @@ type Node struct {
 	log   *zap.Logger
 	// repl, when set, hands replicated volumes over (EnableReplication).
 	repl *NodeReplication
-	// unremounted holds the volumes whose replica became the primary here
-	// but whose filesystem could not be remounted yet: the retried publish
-	// remounts although the replica already is the primary.
-	unremounted sync.Map
 }
 
 // NewNode returns the node use cases.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -87,20 +89,11 @@ func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
 // for the rest, in that order, so that the ReplicaSet never deletes it;
 // then its volume manager catches up and promotes itself by
 // compare-and-swap. When it does not within Wait (another node is still
-// active), the pod rejoins and the answer wraps ports.ErrNotPrimary.
+// active), the pod rejoins and the answer wraps ports.ErrNotPrimary. A
+// primary's filesystem is then remounted unless this term already did
+// (remountIfNeeded).
 func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	start := time.Now()
-	st, err := n.repl.Cluster.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	self, _ := st.Replica(n.cfg.Node)
-	// Already the writer for another pod on this node: nothing was
-	// received since, so nothing is remounted under that pod. Active here
-	// without such a pod (a survivor's takeover after a node loss, a
-	// retried publish) is remounted: a takeover's copy was received into
-	// while it was a secondary.
-	wasPrimary := self.Active && st.Primary == n.cfg.Node && n.otherTargets(ctx, id)
 	if err := n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, true); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {
 			return fmt.Errorf("the volume manager of volume %s on %s is not running yet: %w", id, n.cfg.Node, ports.ErrNotPrimary)
@@ -110,8 +103,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 	if err := n.resize(ctx, id); err != nil {
 		log.Warn("workload not resized for the publish", zap.Error(err))
 	}
-	err = n.repl.Control.Acquire(ctx, id, n.repl.Wait)
-	if err != nil {
+	if err := n.repl.Control.Acquire(ctx, id, n.repl.Wait); err != nil {
 		if rerr := n.rejoin(ctx, id); rerr != nil {
 			log.Warn("the replica pod did not rejoin the workload after a failed publish", zap.Error(rerr))
 		}
@@ -130,16 +122,8 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 			log.Warn("takers not acknowledged yet: until they are, a loss of this node waits for it", zap.Error(err))
 		}
 	}
-	// What the replica received while a secondary must be what the pod
-	// reads: a remount drops file pages a FUSE-based ZFS kept cached from
-	// before (this node's earlier term as the primary). It is refused
-	// (ErrBusy) while another pod's bind mount uses the filesystem.
-	if _, pending := n.unremounted.Load(id); !wasPrimary || pending {
-		if err := n.store.Remount(ctx, id); err != nil {
-			n.unremounted.Store(id, true)
-			return fmt.Errorf("the replica here is the primary, but its filesystem could not be remounted before the pod's mount: %v: %w", err, ErrPending)
-		}
-		n.unremounted.Delete(id)
+	if err := n.remountIfNeeded(ctx, id, log); err != nil {
+		return err
 	}
 	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
 	return nil
@@ -215,23 +199,71 @@ func (n *Node) resize(ctx context.Context, id volume.ID) error {
 	return n.repl.Workload.Apply(ctx, id, placement.DesiredAround(st, ws.Outside), 0)
 }
 
-// otherTargets reports whether the volume's filesystem is mounted on this
-// node anywhere but at its own mountpoint (another pod's target); false
-// when that cannot be read (the remount then decides: it refuses while a
-// target exists).
-func (n *Node) otherTargets(ctx context.Context, id volume.ID) bool {
+// remountIfNeeded remounts the volume's filesystem before a read/write
+// mount unless it is known to have been remounted in the current primary
+// term here (volume.NeedsRemount): what the replica received while a
+// secondary must be what the pod reads, and a remount drops the file
+// pages a FUSE-based ZFS kept cached from before. The term is read from
+// the newest committed state, after the replica became the primary; the
+// record from the volume, where each remount leaves it (it outlives this
+// process). A remount refused because another pod's mount here uses the
+// filesystem (a read-only pod that mounted the copy while it was a
+// secondary) is never skipped: the publish answers ErrPending, so the
+// kubelet retries, with an event saying what it waits for.
+func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logger) error {
+	st, err := n.repl.Cluster.Get(ctx, id)
+	if err != nil {
+		return err
+	}
 	info, err := n.store.GetVolume(ctx, id)
 	if err != nil {
-		return false
+		return err
 	}
-	points, err := n.mount.MountsOf(info.MountSource)
-	if err != nil {
-		return false
+	term := volume.Term{Remounted: info.Metadata[ports.MetaRemountedEpoch]}
+	if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
+		term.Active, term.Epoch = true, uint64(st.Epoch)
 	}
-	for _, p := range points {
-		if p != info.MountPath {
-			return true
+	verdict := volume.NeedsRemount(term)
+	if !verdict.Needed() {
+		log.Info("not remounted", zap.Stringer("why", verdict))
+		return nil
+	}
+	if err := n.store.Remount(ctx, id); err != nil {
+		msg := fmt.Sprintf("the replica of volume %s on %s is the primary, but its filesystem must be remounted before a read/write mount (%s), or the pod may read pages cached before what the copy received", id, n.cfg.Node, verdict)
+		reason := "RemountFailed"
+		if errors.Is(err, ports.ErrBusy) {
+			reason = "RemountRefused"
+			msg += fmt.Sprintf(", which is refused while other pods on %s have it mounted (%s; typically a read-only pod that mounted the copy while it was a secondary): they must unmount it first; the publish is retried until then", n.cfg.Node, n.otherTargets(info))
+		} else {
+			msg += "; the publish is retried"
+		}
+		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: msg})
+		return fmt.Errorf("%s: %v: %w", msg, err, ErrPending)
+	}
+	if rec, ok := verdict.Record(); ok {
+		// Without the record, a later publish of this term remounts again
+		// (refused while this pod uses it): never a stale page.
+		if err := n.store.SetMetadata(ctx, id, map[string]string{ports.MetaRemountedEpoch: rec}); err != nil {
+			log.Warn("remounted, but the remount is not recorded: another pod's publish in this term will wait for this one to unmount", zap.Error(err))
 		}
 	}
-	return false
+	log.Info("remounted", zap.Stringer("why", verdict))
+	return nil
+}
+
+// otherTargets lists, for an event, where the volume's filesystem is
+// mounted on this node besides its own mountpoint (the pods' targets);
+// "unknown" when the mount table cannot be read.
+func (n *Node) otherTargets(info ports.VolumeInfo) string {
+	points, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	var others []string
+	for _, p := range points {
+		if p != path.Clean(info.MountPath) {
+			others = append(others, p)
+		}
+	}
+	return strings.Join(others, ", ")
 }

@@ -45,6 +45,20 @@ func newReplNode(t *testing.T) replNode {
 	return r
 }
 
+// promote is an Acquire whose promotion lands in the shared state: node-2
+// stepped down, node-1 is the active primary of the next epoch.
+func (r replNode) promote(context.Context, volume.ID, time.Duration) error {
+	_, err := r.states.Update(ctx, "v", func(s *replica.State) error {
+		for i := range s.Replicas {
+			if s.Replicas[i].Node != cfg.Node {
+				s.Replicas[i].Active = false
+			}
+		}
+		return replica.Promote(s, cfg.Node)
+	})
+	return err
+}
+
 func secondaries(n int) gomock.Matcher {
 	return gomock.Cond(func(o placement.Objects) bool { return o.Secondaries == n })
 }
@@ -57,14 +71,16 @@ var rwCap = volume.Capability{Mode: volume.SingleNodeWriter}
 // before what it received), and only then is the volume mounted.
 func TestAReadWritePublishMakesTheReplicaThePrimaryBeforeMounting(t *testing.T) {
 	r := newReplNode(t)
-	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
 	gomock.InOrder(
 		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil),
 		r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Secondaries: 1, Running: 0, Outside: 2, OnNode: true}, nil),
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(0), time.Duration(0)).Return(nil),
-		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
+		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).DoAndReturn(r.promote),
 		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
+		// The remount of epoch 2 is recorded with the volume.
+		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
 	)
 	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
@@ -179,13 +195,13 @@ func TestAPublishAfterATakeoverRemountsAlthoughTheReplicaIsAlreadyActive(t *test
 	}
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
-	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil)
 	r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil)
 	r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil)
 	r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), gomock.Any(), time.Duration(0)).Return(nil)
 	gomock.InOrder(
 		r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).Return(nil),
 		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
+		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
 	)
 	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
@@ -198,28 +214,26 @@ func TestAPublishAfterATakeoverRemountsAlthoughTheReplicaIsAlreadyActive(t *test
 // primary by then: nothing is mounted read/write over stale pages.
 func TestAPublishWhoseRemountFailedRemountsOnItsRetry(t *testing.T) {
 	r := newReplNode(t)
-	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(3)
+	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(4)
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil).Times(2)
-	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath}, nil) // the retry: no other pod's target
+	// The refusal's event names the other pod's target.
+	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath, "/var/lib/kubelet/pods/ro/mount"}, nil)
 	r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, true).Return(nil).Times(2)
 	r.work.EXPECT().Status(gomock.Any(), volume.ID("v"), cfg.Node).Return(ports.WorkloadStatus{Outside: 2, OutsideOnNode: true, OnNode: true}, nil).Times(2)
 	r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), gomock.Any(), time.Duration(0)).Return(nil).Times(2)
-	r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).DoAndReturn(func(context.Context, volume.ID, time.Duration) error {
-		// The promotion lands in the shared state.
-		_, err := r.states.Update(ctx, "v", func(s *replica.State) error {
-			s.Replicas[1].Active = false
-			return replica.Promote(s, cfg.Node)
-		})
-		return err
-	}).Times(2)
+	r.control.EXPECT().Acquire(gomock.Any(), volume.ID("v"), time.Second).DoAndReturn(r.promote).Times(2)
 	gomock.InOrder(
 		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(ports.ErrBusy),
 		r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(nil),
+		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 	)
 	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil)
 	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}
 	if err := r.n.Publish(ctx, req); !errors.Is(err, app.ErrPending) {
 		t.Fatalf("publish whose remount was refused: %v, want ErrPending", err)
+	}
+	if got := r.events.reasons(); len(got) != 1 || got[0] != "RemountRefused" {
+		t.Fatalf("events %v, want RemountRefused", got)
 	}
 	if err := r.n.Publish(ctx, req); err != nil {
 		t.Fatal(err)

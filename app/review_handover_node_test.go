@@ -47,11 +47,14 @@ const oldPodTarget = "/var/lib/kubelet/pods/old/mount"
 // pod's bind mount (adapters/zfs review_handover_remount_test.go).
 //
 // Nothing was received since the old pod's publish (this node has been
-// the writer all along): there is nothing stale to drop, and the new pod
-// must get the volume.
+// the writer all along, and that publish recorded its remount of epoch 2
+// with the volume): there is nothing stale to drop, and the new pod must
+// get the volume.
 func TestASecondPodOnThePrimarysNodeGetsTheVolumeWithoutARemountUnderTheFirst(t *testing.T) {
 	r, _ := newReplNodeWith(t, replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 2, Primary: cfg.Node, Replicas: []replica.Replica{
 		{Node: cfg.Node, Snapshot: 3, SnapshotEpoch: 2, Ready: true, Active: true}, {Node: "node-2", Snapshot: 3, SnapshotEpoch: 2, Ready: true}}})
+	vol := vol
+	vol.Metadata = map[string]string{ports.MetaRemountedEpoch: "2"}
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).AnyTimes()
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil).AnyTimes()
 	r.mnt.EXPECT().MountsOf(vol.MountSource).Return([]string{vol.MountPath, oldPodTarget}, nil).AnyTimes()

@@ -43,7 +43,9 @@ type SnapshotStore interface {
 	// (zfs-fuse) leaves file pages cached in the kernel across a receive
 	// into the mounted filesystem, and a replica that becomes the primary
 	// would show its pod stale data. ErrBusy while something uses the
-	// mount (a pod's bind mount).
+	// mount (a pod's bind mount). The caller records a remount it may
+	// rely on later with SetMetadata (MetaRemountedEpoch): the store
+	// keeps that record across restarts, and a stream never carries it.
 	Remount(ctx context.Context, id volume.ID) error
 	// Unchanged reports whether the pool can tell that nothing was written
 	// to the volume since its newest snapshot (OpenZFS: the written
@@ -133,6 +135,10 @@ const (
 	MetaSource            = "source"             // the snapshot or volume it was copied from
 	MetaParams            = "params"             // a digest of the StorageClass parameters
 	MetaPVC               = "pvc"                // namespace/name, when the provisioner tells
+	// MetaRemountedEpoch is set by the node, not at creation: the epoch
+	// of the primary term its filesystem was last remounted in
+	// (volume.FormatRemounted; volume.NeedsRemount reads it).
+	MetaRemountedEpoch = "remounted-epoch"
 
 	// On snapshots:
 	MetaSnapshotName = "snapshot-name" // the CSI name of a CreateSnapshot request
@@ -142,7 +148,7 @@ const (
 // keys outside this list (the ZFS adapter asks for these by name).
 var MetadataKeys = []string{
 	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
-	MetaSnapshotName,
+	MetaRemountedEpoch, MetaSnapshotName,
 }
 
 // VolumeInfo describes a volume in the store.

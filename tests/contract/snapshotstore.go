@@ -42,6 +42,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"streams carry no metadata; the receiver sets it", snapshotMetadataIsSetNotSent},
 		{"an incremental stream applies only on its unchanged base", incrementalStream},
 		{"after a receive into a mounted volume, a remount shows what it received", remountShowsReceived},
+		{"the remount record is kept with the volume, replaced when set again, and never sent", remountRecordIsKept},
 		{"a volume written since its newest snapshot is never unchanged", writtenIsNeverUnchanged},
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
@@ -477,6 +478,60 @@ func capacityAccounting(t *testing.T, s ports.SnapshotStore) {
 		t.Logf("attempt %d: a 32 MiB volume reduced available bytes by only %d; measuring again", attempt, d)
 	}
 	t.Fatalf("a 32 MiB volume reduced available bytes by %d", d)
+}
+
+// remountRecordIsKept: the node records, with SetMetadata, the epoch of
+// the term a volume's filesystem was remounted in (volume.NeedsRemount
+// relies on it to skip a remount). The record is read back with the
+// metadata set at creation, survives a remount, is replaced by a later
+// one, and a copy received from the volume does not carry it: a copy
+// received whole was never remounted as itself.
+func remountRecordIsKept(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "x")
+	record := func(epoch string) {
+		t.Helper()
+		if err := s.SetMetadata(ctx, "src", map[string]string{ports.MetaRemountedEpoch: epoch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(id volume.ID, epoch string) {
+		t.Helper()
+		got, err := s.GetVolume(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := got.Metadata[ports.MetaRemountedEpoch]; v != epoch || ok != (epoch != "") {
+			t.Fatalf("volume %s: remount record %q (present %v), want %q; metadata %v", id, v, ok, epoch, got.Metadata)
+		}
+		if id == "src" && got.Metadata[ports.MetaName] != "pvc-1" {
+			t.Fatalf("the record replaced the creation's metadata: %v", got.Metadata)
+		}
+	}
+	want("src", "")
+	if err := s.Remount(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	record("3")
+	want("src", "3")
+	if err := s.Remount(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	want("src", "3")
+	record("12")
+	want("src", "12")
+	list, err := s.ListVolumes(ctx)
+	if err != nil || len(list) != 1 || list[0].Metadata[ports.MetaRemountedEpoch] != "12" {
+		t.Fatalf("listed %+v, %v: want src with its remount record", list, err)
+	}
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	want("dst", "")
+	wantErr(t, "recording on a missing volume", s.SetMetadata(ctx, "nope", map[string]string{ports.MetaRemountedEpoch: "1"}), ports.ErrNotFound)
 }
 
 func snapshotMetadataIsSetNotSent(t *testing.T, s ports.SnapshotStore) {
