@@ -335,12 +335,19 @@ func (w *world) step(n *simNode) error {
 	if n.m == nil || n.inFlight != nil {
 		return nil
 	}
-	seen := w.state
+	seen, stale := w.state, false
 	if !w.quiet && len(w.history) > 0 && w.r.Intn(6) == 0 {
-		seen = w.history[w.r.Intn(len(w.history))] // a lagging cache
+		seen, stale = w.history[w.r.Intn(len(w.history))], true // a lagging cache
 	}
 	_ = n.m.Step(Observed{State: cloneState(seen)})
 	n.seen = w.writes
+	if stale {
+		// A lagging read has not seen the newest writes: the volume
+		// manager's watch still tells it of them, so it reads again (a
+		// machine settled on that view must not count as idle on the
+		// newest state: it would never act again once the world heals).
+		n.seen = -1
+	}
 	// The store is listed only when the machine's view of it is stale:
 	// nothing but its own actions changes it (as the volume manager does).
 	if n.m.NeedsLocal() {
