@@ -285,6 +285,9 @@ func (e *scriptEnv) run(f []string) error {
 			if r.Fetching.Number != 0 {
 				fetching = fmt.Sprintf(" fetching=%d@%d", r.Fetching.Number, r.Fetching.Epoch)
 			}
+			if r.Forked.Epoch != 0 {
+				fetching += fmt.Sprintf(" forked=e%d@%v", r.Forked.Epoch, r.Forked.At)
+			}
 			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v%s\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready, fetching)
 		}
 		for _, n := range e.nodes() {

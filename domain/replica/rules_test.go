@@ -31,6 +31,61 @@ func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *te
 	}
 }
 
+// The primary a takeover replaced is on the branch the volume's history
+// left until it reports a snapshot of the new epoch: not ready, never a
+// successor nor promoted, and never counted as newer, its snapshot
+// equal to the fork point included (writes never snapshotted on top).
+func TestTheReplacedPrimaryIsOnAFencedBranchUntilItReportsTheNewEpoch(t *testing.T) {
+	for _, fenced := range []Snap{{Number: 9, Epoch: 2}, {Number: 8, Epoch: 2}} {
+		s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: fenced.Number, SnapshotEpoch: 2, Active: true, Ready: true},
+			{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		}}
+		if err := Takeover(&s, "b", "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := s.Replica("a"); !a.OnFencedBranch() || a.Forked != (Fork{Epoch: 3, At: Snap{Number: 8, Epoch: 2}}) {
+			t.Fatalf("a after the takeover: %+v", a)
+		}
+		if err := Report(&s, "a", fenced, true); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := s.Replica("a"); a.Ready || !a.OnFencedBranch() {
+			t.Fatalf("a, back on its branch %v, is recorded %+v", fenced, a)
+		}
+		// b is lost before its first snapshot of epoch 3.
+		if err := Takeover(&s, "a", "b", 1); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a, on a fenced branch, took over from b: %v", err)
+		}
+		if n, _ := s.NewestReplica(); n.Node == "a" || IsReady(s, Replica{Node: "c", Snapshot: 7, SnapshotEpoch: 2}, 0) {
+			t.Fatalf("a's %v counts as the newest", fenced)
+		}
+		next := s
+		next.Replicas = append([]Replica(nil), s.Replicas...)
+		if err := Takeover(&next, "c", "b", 0); err != nil || next.Epoch != 4 {
+			t.Fatalf("c, holding b's snapshot, was refused because of a's fenced %v: %v", fenced, err)
+		}
+		idle := s
+		idle.Replicas = append([]Replica(nil), s.Replicas...)
+		idle.Replicas[1].Active = false // b inactive: nobody else is active
+		if err := Promote(&idle, "a"); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a, on a fenced branch, was promoted: %v", err)
+		}
+		// a rolls back to 8 (still on the branch), then receives 10 of
+		// epoch 3: resynced, the fork forgotten.
+		_ = Report(&s, "a", Snap{Number: 8, Epoch: 2}, true)
+		if a, _ := s.Replica("a"); !a.OnFencedBranch() {
+			t.Fatalf("a left its branch by rolling back: %+v", a)
+		}
+		_ = Report(&s, "b", Snap{Number: 10, Epoch: 3}, true)
+		_ = Report(&s, "a", Snap{Number: 10, Epoch: 3}, true)
+		if a, _ := s.Replica("a"); a.OnFencedBranch() || a.Forked != (Fork{}) || !a.Ready {
+			t.Fatalf("a resynced onto epoch 3 but is %+v", a)
+		}
+	}
+}
+
 func TestTakeoverRefusesAReplicaThatIsNotReady(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
 		{Node: "a", Snapshot: 40, SnapshotEpoch: 2, Active: true},
@@ -184,5 +239,27 @@ func TestRuleAnOrphanIsDestroyedOnlyIfItWasAReplica(t *testing.T) {
 		if v := CanDestroyOrphan(c.h); v.Allowed != c.want || v.Reason == "" {
 			t.Errorf("CanDestroyOrphan(%+v) = %+v, want allowed %v", c.h, v, c.want)
 		}
+	}
+}
+
+// A copy on a fenced branch is neither a source nor a copy: once the
+// primary that took over left the list, State.Fenced no longer tells its
+// 15 of epoch 10 (given up at the takeover of epoch 11, from 14) from the
+// volume's history, but the fork does. It must not be fetched, and it
+// does not let the last copy of the volume's line leave.
+func TestACopyOnAFencedBranchIsNoSourceAndNoHolder(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 11, Primary: "j1", Replicas: []Replica{
+		{Node: "b", Snapshot: 15, SnapshotEpoch: 10, Forked: Fork{Epoch: 11, At: Snap{Number: 14, Epoch: 10}}},
+		{Node: "c", Snapshot: 14, SnapshotEpoch: 10, Ready: true},
+		{Node: "d", Snapshot: 13, SnapshotEpoch: 10},
+	}}
+	if src, ok := ChooseSource(s, "d", nil); !ok || src.Node != "c" {
+		t.Fatalf("d fetches from %s (%v), want c: b's 15 was given up", src.Node, ok)
+	}
+	if src, ok := ChooseSource(s, "c", nil); ok {
+		t.Fatalf("c fetches from %s: nothing newer on the volume's line", src.Node)
+	}
+	if v := CanDestroy(s, "c", false); v.Allowed {
+		t.Fatalf("c, the last copy of the volume's line, may leave: %s", v.Reason)
 	}
 }

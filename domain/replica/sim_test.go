@@ -124,7 +124,7 @@ func (w *world) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "state: epoch=%d primary=%q rf=%d\n", w.state.Epoch, w.state.Primary, w.state.ReplicationFactor)
 	for _, r := range w.state.Replicas {
-		fmt.Fprintf(&b, "  %s: %v active=%v ready=%v fetching=%v\n", r.Node, r.Holds(), r.Active, r.Ready, r.Fetching)
+		fmt.Fprintf(&b, "  %s: %v active=%v ready=%v fetching=%v forked=%+v\n", r.Node, r.Holds(), r.Active, r.Ready, r.Fetching, r.Forked)
 	}
 	for _, n := range w.nodes {
 		fmt.Fprintf(&b, "  store %s: %v up=%v cut=%v gone=%v mounted=%v dirty=%v\n", n.name, n.store, n.m != nil, n.cut, n.gone, n.mounted, n.dirty)

@@ -22,7 +22,10 @@ func Join(s *State, node Node) {
 // from its store (it goes backwards before a rollback: the list says at
 // most what is, never more). A snapshot from an epoch after the volume's
 // is impossible and refused. The fetch target is cleared once the
-// reported snapshot is at least as new as it.
+// reported snapshot is at least as new as it. A replica on a fenced
+// branch (Replica.OnFencedBranch) is never recorded ready; its fork is
+// forgotten once it reports a snapshot of the takeover's epoch or later,
+// or no snapshot at all.
 func Report(s *State, node Node, snap Snap, ready bool) error {
 	i := s.index(node)
 	if i < 0 {
@@ -38,6 +41,12 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 	}
 	if r.Fetching.Number != 0 && !r.Fetching.Newer(snap) {
 		r.Fetching = Snap{}
+	}
+	if r.Forked.Epoch != 0 && !r.OnFencedBranch() {
+		r.Forked = Fork{}
+	}
+	if r.OnFencedBranch() {
+		r.Ready = false
 	}
 	return nil
 }
@@ -72,7 +81,8 @@ func RecordFetch(s *State, node Node, target Snap) error {
 }
 
 // Promote makes node the single active primary of a new epoch. It must
-// hold the newest snapshot, and no other replica may be active.
+// hold the newest snapshot, no other replica may be active, and its copy
+// may not be on a fenced branch (Replica.OnFencedBranch).
 func Promote(s *State, node Node) error {
 	i := s.index(node)
 	if i < 0 {
@@ -85,6 +95,9 @@ func Promote(s *State, node Node) error {
 	}
 	if s.Replicas[i].Active && s.Primary == node {
 		return nil // already the active primary: publishing again is a no-op
+	}
+	if r := s.Replicas[i]; r.OnFencedBranch() {
+		return fmt.Errorf("promote %s: its copy is on the branch a takeover of epoch %d left (it may hold writes the volume gave up): %w", node, r.Forked.Epoch, ErrFenced)
 	}
 	if n, ok := s.NewestReplica(); ok && newerReplica(n, s.Replicas[i]) {
 		return fmt.Errorf("promote %s: holds %d of epoch %d, newest is %d of epoch %d on %s: %w",
@@ -201,7 +214,12 @@ func (s *State) index(n Node) int {
 // writes lost made after that snapshot are given up (at most one snapshot
 // interval), and lost is fenced: its later snapshots are of an older
 // epoch, so when it returns it rolls them back (PlanRollbackIncremental)
-// instead of serving them.
+// instead of serving them. Until it reports a snapshot of the new epoch
+// its copy is on the branch left here (Forked, OnFencedBranch): never
+// ready, never a successor, never counted as newer, so that a takeover
+// from node before node's first snapshot cannot make that branch (or
+// writes never snapshotted on top of the snapshot both share) the
+// volume's history.
 //
 // lost must still be active: a primary that stepped down ended its term
 // with its final snapshot recorded (Demote), and a takeover, which may
@@ -225,6 +243,11 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 		// make every returning replica replace its copy with it.
 		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
 	}
+	if r := s.Replicas[i]; r.OnFencedBranch() {
+		// A primary an earlier takeover replaced, back before it resynced:
+		// its copy may hold the writes that takeover gave up.
+		return fmt.Errorf("takeover by %s: its copy is on the branch a takeover of epoch %d left: %w", node, r.Forked.Epoch, ErrFenced)
+	}
 	if !IsReady(*s, s.Replicas[i], lag) {
 		// More than the allowed lag behind the newest entry, the lost
 		// primary's included (a stored Ready flag is only what the replica
@@ -233,7 +256,7 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 	}
 	mine := s.Replicas[i].Holds()
 	for _, r := range s.Replicas {
-		if r.Node == lost || r.Node == node {
+		if r.Node == lost || r.Node == node || r.OnFencedBranch() {
 			continue
 		}
 		if r.Holds().Newer(mine) || r.Fetching.Newer(mine) {
@@ -244,9 +267,11 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 		// Its copy is not ready until it reports again: it may hold a
 		// fenced term's writes (rolled back when it returns), and its
 		// stale Ready would let pods (and the lifting of its node's
-		// taint) count on it.
+		// taint) count on it. It stays on the branch left here until it
+		// reports a snapshot of the new epoch (OnFencedBranch).
 		s.Replicas[j].Active = false
 		s.Replicas[j].Ready = false
+		s.Replicas[j].Forked = Fork{Epoch: s.Epoch + 1, At: mine}
 	}
 	s.Epoch++
 	s.Primary = node
