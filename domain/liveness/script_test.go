@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,8 +26,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // Commands:
 //
-//	replica NODE N@E [active]       the shared state's entry for NODE (epoch and
-//	                                primary follow the active entry)
+//	replica NODE N@E [active] [fetching=N@E]
+//	                                the shared state's entry for NODE (epoch and
+//	                                primary follow the active entry), receiving N@E
 //	renew NODE sent=T               NODE's renewal sent at T succeeded: its lease
 //	                                value changes, and it holds it until Held(T)
 //	write NODE at=T [takers]        Decide for NODE at T (its takers: TakersOf)
@@ -103,6 +105,17 @@ func runScript(t *testing.T, path string) {
 	}
 }
 
+// parseSnap reads N@EPOCH (its GUID made up from both).
+func parseSnap(v string) (replica.Snap, error) {
+	num, ep, ok := strings.Cut(v, "@")
+	x, err1 := strconv.ParseUint(num, 10, 64)
+	y, err2 := strconv.ParseUint(ep, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return replica.Snap{}, fmt.Errorf("snapshot %q: want N@EPOCH", v)
+	}
+	return replica.Snap{Number: replica.SnapshotNumber(x), Epoch: replica.Epoch(y), GUID: x*100 + y}, nil
+}
+
 func args(f []string) map[string]string {
 	m := map[string]string{}
 	for _, a := range f {
@@ -135,13 +148,16 @@ func (e *scriptEnv) run(f []string) error {
 	a := args(f[1:])
 	switch f[0] {
 	case "replica":
-		num, ep, ok := strings.Cut(f[2], "@")
-		x, err1 := strconv.ParseUint(num, 10, 64)
-		y, err2 := strconv.ParseUint(ep, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("snapshot %q: want N@EPOCH", f[2])
+		snap, err := parseSnap(f[2])
+		if err != nil {
+			return err
 		}
-		r := replica.Replica{Node: n, Snapshot: replica.SnapshotNumber(x), SnapshotEpoch: replica.Epoch(y), SnapshotGUID: x*100 + y, Ready: true, Active: len(f) > 3 && f[3] == "active"}
+		r := replica.Replica{Node: n, Snapshot: snap.Number, SnapshotEpoch: snap.Epoch, SnapshotGUID: snap.GUID, Ready: true, Active: slices.Contains(f[3:], "active")}
+		if t, ok := a["fetching"]; ok {
+			if r.Fetching, err = parseSnap(t); err != nil {
+				return err
+			}
+		}
 		replica.Join(&e.state, n)
 		for i := range e.state.Replicas {
 			if e.state.Replicas[i].Node == n {
@@ -244,7 +260,14 @@ func (e *scriptEnv) run(f []string) error {
 	case "print":
 		fmt.Fprintf(e.out, "epoch=%d primary=%s\n", e.state.Epoch, e.state.Primary)
 		for _, r := range e.state.Replicas {
-			fmt.Fprintf(e.out, "  %s: %d@%d active=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active)
+			extra := ""
+			if r.Fetching.Number != 0 {
+				extra += fmt.Sprintf(" fetching=%d@%d", r.Fetching.Number, r.Fetching.Epoch)
+			}
+			if r.Forked.Epoch != 0 {
+				extra += fmt.Sprintf(" forked=e%d@%d@%d", r.Forked.Epoch, r.Forked.At.Number, r.Forked.At.Epoch)
+			}
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v%s\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready, extra)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", f[0])

@@ -209,17 +209,23 @@ func (s *State) index(n Node) int {
 
 // Takeover makes node the active primary in place of lost, a primary that
 // can no longer serve (its node is gone, or its lease ran out). node must
-// be ready and the newest of the remaining replicas, counting what another
-// replica may hold without having reported it yet (its fetch target) as held:
-// writes lost made after that snapshot are given up (at most one snapshot
-// interval), and lost is fenced: its later snapshots are of an older
-// epoch, so when it returns it rolls them back (PlanRollbackIncremental)
-// instead of serving them. Until it reports a snapshot of the new epoch
-// its copy is on the branch left here (Forked, OnFencedBranch): never
-// ready, never a successor, never counted as newer, so that a takeover
-// from node before node's first snapshot cannot make that branch (or
-// writes never snapshotted on top of the snapshot both share) the
-// volume's history.
+// be ready and the newest of the remaining replicas: writes lost made
+// after that snapshot are given up (at most one snapshot interval), and
+// lost is fenced: its later snapshots are of an older epoch, so when it
+// returns it rolls them back (PlanRollbackIncremental) instead of serving
+// them. Until it reports a snapshot of the new epoch its copy is on the
+// branch left here (Forked, OnFencedBranch): never ready, never a
+// successor, never counted as newer, so that a takeover from node before
+// node's first snapshot cannot make that branch (or writes never
+// snapshotted on top of the snapshot both share) the volume's history.
+//
+// Another replica's fetch target is not counted as held: a receive
+// completes only from a replica holding its target, and one that another
+// remaining replica holds already makes that replica newer than node; a
+// target only lost holds can never complete (a partial receive of it,
+// kept to be resumed, holds nothing), and copies each holding such a
+// partial receive must not refuse each other for ever. Those targets, on
+// the branch given up, are forgotten here.
 //
 // lost must still be active: a primary that stepped down ended its term
 // with its final snapshot recorded (Demote), and a takeover, which may
@@ -259,8 +265,16 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 		if r.Node == lost || r.Node == node || r.OnFencedBranch() {
 			continue
 		}
-		if r.Holds().Newer(mine) || r.Fetching.Newer(mine) {
-			return fmt.Errorf("takeover by %s: %s holds (or is receiving) a newer snapshot: %w", node, r.Node, ErrBehind)
+		if r.Holds().Newer(mine) {
+			return fmt.Errorf("takeover by %s: %s holds a newer snapshot: %w", node, r.Node, ErrBehind)
+		}
+	}
+	for j := range s.Replicas {
+		if s.Replicas[j].Fetching.Newer(mine) {
+			// A target on the branch given up: only the lost primary
+			// holds it, so a partial receive of it (kept to be resumed)
+			// never completes, and it need not be kept anywhere.
+			s.Replicas[j].Fetching = Snap{}
 		}
 	}
 	if j := s.index(lost); j >= 0 {
