@@ -26,9 +26,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // Commands:
 //
-//	replica NODE N@E [active] [fetching=N@E]
+//	replica NODE N@E [active|released] [fetching=N@E]
 //	                                the shared state's entry for NODE (epoch and
-//	                                primary follow the active entry), receiving N@E
+//	                                primary follow the active entry, or the
+//	                                released one: the last primary, inactive),
+//	                                receiving N@E
 //	renew NODE sent=T               NODE's renewal sent at T succeeded: its lease
 //	                                value changes, and it holds it until Held(T)
 //	write NODE at=T [takers]        Decide for NODE at T (its takers: TakersOf)
@@ -38,10 +40,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	lost NODE at=T                  the nodes NODE's observer takes for lost at T
 //	view NODE                       NODE reads the shared state (kept as its view)
 //	takeovers NODE at=T lag=N       what NODE takes over on its view (Takeovers)
-//	takeover NODE [from=LOST] [lag=N]
+//	takeover NODE [from=LOST [released]] [lag=N]
 //	                                each takeover NODE decided last (or one from
 //	                                LOST, decided or not) as a compare-and-swap on
-//	                                the newest state
+//	                                the newest state (replica.TakeoverReleased
+//	                                for a released volume)
 //	print                           the shared state
 func TestLivenessScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -165,7 +168,7 @@ func (e *scriptEnv) run(f []string) error {
 			}
 		}
 		e.state.Epoch = max(e.state.Epoch, r.SnapshotEpoch)
-		if r.Active {
+		if r.Active || slices.Contains(f[3:], "released") {
 			e.state.Primary = n
 		}
 		return e.state.Validate()
@@ -230,23 +233,32 @@ func (e *scriptEnv) run(f []string) error {
 			fmt.Fprintf(e.out, "%s takes nothing over\n", n)
 		}
 		for _, t := range e.decided[n] {
-			fmt.Fprintf(e.out, "%s takes %s over from %s (its view: epoch %d)\n", n, t.Volume.Volume, t.Lost, t.Volume.Epoch)
+			released := ""
+			if t.Released {
+				released = ", released"
+			}
+			fmt.Fprintf(e.out, "%s takes %s over from %s (its view: epoch %d%s)\n", n, t.Volume.Volume, t.Lost, t.Volume.Epoch, released)
 		}
 	case "takeover":
 		lag, _ := strconv.ParseUint(a["lag"], 10, 64)
-		var lost []replica.Node
-		for _, t := range e.decided[n] {
-			lost = append(lost, t.Lost)
-		}
+		todo := e.decided[n]
 		if from, ok := a["from"]; ok {
-			lost = []replica.Node{replica.Node(from)}
+			_, released := a["released"]
+			todo = []Takeover{{Lost: replica.Node(from), Released: released}}
 		}
-		if len(lost) == 0 {
+		if len(todo) == 0 {
 			fmt.Fprintf(e.out, "%s attempts no takeover\n", n)
 		}
-		for _, l := range lost {
+		for _, t := range todo {
+			l := t.Lost
 			next := cloneState(e.state)
-			err := replica.Takeover(&next, n, l, lag)
+			var err error
+			var final replica.Snap
+			if !t.Released {
+				err = replica.Takeover(&next, n, l, lag)
+			} else {
+				final, err = replica.TakeoverReleased(&next, n, l, lag)
+			}
 			if err == nil {
 				err = next.Validate()
 			}
@@ -255,6 +267,10 @@ func (e *scriptEnv) run(f []string) error {
 				continue
 			}
 			e.state = next
+			if final.Number != 0 {
+				fmt.Fprintf(e.out, "%s: took the released volume over from %s: epoch %d, its final snapshot %s given up\n", n, l, e.state.Epoch, replica.SnapshotName(final))
+				continue
+			}
 			fmt.Fprintf(e.out, "%s: took over from %s: epoch %d\n", n, l, e.state.Epoch)
 		}
 	case "print":

@@ -27,9 +27,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	step NODE [N]                     observe state and local, run actions until none (at most N)
 //	stabilize                         step every node until nothing happens
 //	tick [NODE]                       time passes (for one node or all)
-//	promote NODE | takeover NODE LOST [lag=N]
+//	promote NODE | takeover NODE LOST [lag=N] [released]
 //	                                  change the primary, as publish or failover do (a
-//	                                  takeover is judged with NODE's allowed lag, or N)
+//	                                  takeover is judged with NODE's allowed lag, or N;
+//	                                  released: TakeoverReleased, naming what it gave up)
 //	release NODE                      unpublish: NODE's primary hands over
 //	write NODE                        NODE's dataset changes after its newest snapshot
 //	slow NODE                         NODE's next transfer stays in flight until "finish NODE"
@@ -201,8 +202,18 @@ func (e *scriptEnv) run(f []string) error {
 		if m, ok := e.machines[Node(f[1])]; ok {
 			lag = m.cfg.AllowedLag
 		}
-		if l, ok := kv(f[3:])["lag"]; ok {
+		a := kv(f[3:])
+		if l, ok := a["lag"]; ok {
 			lag = uint64(atoi(l, int(lag)))
+		}
+		if _, ok := a["released"]; ok {
+			return e.cas(func(s *State) error {
+				final, err := TakeoverReleased(s, Node(f[1]), Node(f[2]), lag)
+				if err == nil {
+					fmt.Fprintf(e.out, "%s took the released volume over from %s (epoch %d), giving up %v\n", f[1], f[2], s.Epoch, final)
+				}
+				return err
+			})
 		}
 		return e.cas(func(s *State) error { return Takeover(s, Node(f[1]), Node(f[2]), lag) })
 	case "release":

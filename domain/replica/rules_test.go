@@ -283,3 +283,43 @@ func TestACopyOnAFencedBranchIsNoSourceAndNoHolder(t *testing.T) {
 		t.Fatalf("c, the last copy of the volume's line, may leave: %s", v.Reason)
 	}
 }
+
+// A released volume is taken over only when its last primary holds the
+// only copy of its final snapshot, by a successor within the allowed lag
+// of it, which stays inactive; what it gives up is returned to be named.
+func TestTakeoverReleasedGivesUpTheFinalSnapshotOnlyWhenNobodyElseHoldsIt(t *testing.T) {
+	base := func() State {
+		return State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 90, Ready: true},
+			{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true},
+		}}
+	}
+	s := base()
+	s.Replicas[0].Active = true
+	if _, err := TakeoverReleased(&s, "b", "a", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("an active primary was taken over as released: %v", err)
+	}
+	s = base()
+	s.Replicas[2].Snapshot, s.Replicas[2].SnapshotGUID = 9, 90
+	if _, err := TakeoverReleased(&s, "b", "a", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("taken over although c holds the final snapshot (a publish promotes c): %v", err)
+	}
+	s = base()
+	if _, err := TakeoverReleased(&s, "b", "a", 0); !errors.Is(err, ErrBehind) {
+		t.Fatalf("taken over giving up more than the allowed lag: %v", err)
+	}
+	s = base()
+	final, err := TakeoverReleased(&s, "b", "a", 1)
+	if err != nil || final != (Snap{Number: 9, Epoch: 2, GUID: 90}) {
+		t.Fatalf("TakeoverReleased = %v, %v", final, err)
+	}
+	b, _ := s.Replica("b")
+	a, _ := s.Replica("a")
+	if s.Epoch != 3 || s.Primary != "b" || b.Active || !a.OnFencedBranch() || a.Ready {
+		t.Fatalf("after the released takeover: %+v", s)
+	}
+	if err := Promote(&s, "c"); err != nil {
+		t.Fatalf("a publish on c was refused after the released takeover: %v", err)
+	}
+}

@@ -292,3 +292,53 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 	s.Replicas[i].Active = true
 	return nil
 }
+
+// TakeoverReleased gives a volume a line of history again when its last
+// primary, lost, released it (Demote recorded its final snapshot) and was
+// then lost holding the only copy of that snapshot: no replica can be
+// promoted (none holds the newest snapshot) and Takeover refuses (lost is
+// not active), so without this the volume would wait for lost's node for
+// ever. node takes over as Takeover would judge it (ready within lag of
+// every entry, lost's final snapshot included: at most lag snapshots, the
+// final one among them, are given up; the newest of the others; not on a
+// fenced branch), but stays inactive: nobody writes a released volume,
+// and the next publish promotes whichever replica it lands on, as after
+// any release. The epoch grows, so lost's final snapshot is a fenced
+// primary's history: lost is on the branch left here (OnFencedBranch) and,
+// when it returns, keeps that snapshot aside and rolls it back once the
+// volume's line has a newer snapshot. It returns the snapshot given up,
+// for the caller to name.
+//
+// It refuses (ErrFenced) when lost is not the volume's last primary, is
+// active (Takeover's case), or when another replica holds its final
+// snapshot or a newer one: nothing is lost, a publish promotes that one.
+func TakeoverReleased(s *State, node, lost Node, lag uint64) (Snap, error) {
+	j := s.index(lost)
+	if s.Primary != lost || j < 0 {
+		return Snap{}, fmt.Errorf("released takeover from %s: the volume's last primary is %q: %w", lost, s.Primary, ErrFenced)
+	}
+	final := s.Replicas[j]
+	switch {
+	case final.Active:
+		return Snap{}, fmt.Errorf("released takeover from %s: it is the active primary of epoch %d (a takeover, not a released one): %w", lost, s.Epoch, ErrFenced)
+	case final.Snapshot == 0 || final.OnFencedBranch():
+		return Snap{}, fmt.Errorf("released takeover from %s: it holds no final snapshot of the volume's: %w", lost, ErrFenced)
+	}
+	for _, r := range s.Replicas {
+		if r.Node != lost && !r.OnFencedBranch() && holdsAtLeast(r, final) {
+			return Snap{}, fmt.Errorf("released takeover from %s: %s holds its final snapshot %d of epoch %d or a newer one: nothing to take over: %w",
+				lost, r.Node, final.Snapshot, final.SnapshotEpoch, ErrFenced)
+		}
+	}
+	// Judged and applied as a takeover of an active lost, on a copy: the
+	// same successor, fork and forgotten targets; then node steps back.
+	t := *s
+	t.Replicas = append([]Replica(nil), s.Replicas...)
+	t.Replicas[j].Active = true
+	if err := Takeover(&t, node, lost, lag); err != nil {
+		return Snap{}, fmt.Errorf("released %w", err)
+	}
+	t.Replicas[t.index(node)].Active = false
+	*s = t
+	return final.Holds(), nil
+}
