@@ -74,6 +74,32 @@ func TestTheFileHoldsTheVersionAndTheState(t *testing.T) {
 	}
 }
 
+// Every field of the state survives the file, a fork a takeover left
+// included (a copy on a fenced branch must stay one across a restart).
+func TestTheStateRoundTripsThroughTheFile(t *testing.T) {
+	dir := t.TempDir()
+	want := replica.State{Volume: "vol-f", ReplicationFactor: 2, Epoch: 3, Primary: "b", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 4, Epoch: 3, GUID: 1 << 63},
+			Forked: replica.Fork{Epoch: 3, At: replica.Snap{Number: 2, Epoch: 2, GUID: 7}}},
+		{Node: "b", Snapshot: 2, SnapshotEpoch: 2, SnapshotGUID: 7, Active: true, Ready: true},
+	}}
+	if _, err := newStore(t, dir).Create(t.Context(), want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := newStore(t, dir).Get(t.Context(), "vol-f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Version = ""
+	if got.Volume != want.Volume || got.Epoch != want.Epoch || got.Primary != want.Primary || len(got.Replicas) != 2 ||
+		got.Replicas[0] != want.Replicas[0] || got.Replicas[1] != want.Replicas[1] {
+		t.Fatalf("read back %+v, want %+v", got, want)
+	}
+	if !got.Replicas[0].OnFencedBranch() {
+		t.Fatal("the copy a takeover left is no longer on its fenced branch")
+	}
+}
+
 func TestStoresOnTheSameDirectoryShareStates(t *testing.T) {
 	dir := t.TempDir()
 	one, two := newStore(t, dir), newStore(t, dir)

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,4 +379,123 @@ func newEffects(ctrl *gomock.Controller) *mocks.MockFailoverEffects {
 	eff := mocks.NewMockFailoverEffects(ctrl)
 	eff.EXPECT().OutOfService(gomock.Any()).Return(nil, nil).AnyTimes()
 	return eff
+}
+
+type recordedEvents struct {
+	mu  sync.Mutex
+	got []ports.Event
+}
+
+func (r *recordedEvents) Record(_ context.Context, _ volume.ID, e ports.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, e)
+}
+
+// Node a released the volume (its final snapshot 8 recorded) and is lost
+// before b or c fetched it. b, the successor, takes the released volume
+// over: the primary of epoch 4, inactive, a's 8 given up and named in a
+// FinalSnapshotLost event; a's placement of the volume goes, but a is
+// neither tainted nor are pods deleted there (none of the volume runs, and
+// its copy there resyncs only once the volume is published again).
+func TestASurvivorTakesOverAReleasedVolumeWhoseFinalSnapshotOnlyTheLostNodeHolds(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	st := primaryState("v", "a", "b", "c")
+	st.Replicas[0].Active, st.Replicas[0].Snapshot = false, 8
+	if _, err := cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{}}
+	for _, n := range []replica.Node{"a", "b", "c"} {
+		leases.renew(n, "1")
+	}
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	effB, effC := newEffects(ctrl), newEffects(ctrl)
+	for _, e := range []*mocks.MockFailoverEffects{effB, effC} {
+		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	}
+	events := &recordedEvents{}
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, effB, events, zap.NewNop())
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, effC, events, zap.NewNop())
+	step := func(at time.Duration) {
+		clock.set(at)
+		leases.renew("b", at.String())
+		leases.renew("c", at.String())
+		for _, s := range []*Survivor{c, b} {
+			if err := s.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for at := time.Duration(0); at < 5500*time.Millisecond; at += 500 * time.Millisecond {
+		step(at)
+	}
+	effB.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil) // no Taint, no EvictPods
+	step(5500 * time.Millisecond)
+	got, _ := cluster.Get(ctx, "v")
+	b2, _ := got.Replica("b")
+	a2, _ := got.Replica("a")
+	if got.Primary != "b" || got.Epoch != 4 || b2.Active || !a2.OnFencedBranch() {
+		t.Fatalf("after the released takeover: %+v", got)
+	}
+	if len(events.got) != 1 || events.got[0].Reason != "FinalSnapshotLost" || !strings.Contains(events.got[0].Message, "ferry-3-8") || !strings.Contains(events.got[0].Message, "ferry-3-7") {
+		t.Fatalf("events %+v, want one FinalSnapshotLost naming ferry-3-8 given up and ferry-3-7 kept", events.got)
+	}
+	step(6 * time.Second) // nothing more: the mocks refuse a second Unplace
+}
+
+// A node back from a loss lifts its fenced taint although a copy there
+// is still on the branch a released volume's takeover left: nothing newer
+// exists to resync it from until that volume is published again. A copy
+// that can resync (its volume's line has a newer snapshot) still holds
+// the taint until it is ready.
+func TestTheTaintIsLiftedOverACopyThatCannotResyncYet(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	st := primaryState("v", "a", "b")
+	st.Replicas[0].Active, st.Replicas[0].Snapshot = false, 8
+	if _, err := replica.TakeoverReleased(&st, "b", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1"}}}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-3-8"}}, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), replica.Node("a")).Return(true, nil).AnyTimes()
+	eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), false).Return(nil)
+	// a's daemon runs and its lease renews (the taint is looked at only
+	// then).
+	renewing := func(s *Survivor, clock *fakeClock, value string) {
+		t.Helper()
+		if err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.set(time.Second)
+		leases.renew("a", value)
+		if err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock := &fakeClock{}
+	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	renewing(a, clock, "2")
+	// b snapshots in epoch 4 (published, say): a can resync, and must
+	// before the taint goes.
+	if _, err := cluster.Update(ctx, "v", func(s *replica.State) error {
+		return replica.Report(s, "b", replica.Snap{Number: 9, Epoch: 4}, true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clock2 := &fakeClock{}
+	a2 := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock2.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	renewing(a2, clock2, "3") // the mock refuses a second lift
 }

@@ -36,7 +36,7 @@ type Survivor struct {
 	mu      sync.Mutex
 	obs     *liveness.Observer
 	peers   map[replica.Node]string
-	pending map[owed]bool         // effects on a lost node not all done
+	pending map[owed]owedEffects  // effects on a lost node not all done
 	handled map[owed]bool         // effects done since the node was lost
 	lost    map[replica.Node]bool // last logged
 	taint   *liveness.TaintWatch
@@ -50,10 +50,25 @@ type owed struct {
 	Node   replica.Node
 }
 
+// owedEffects says which effects are owed.
+type owedEffects int
+
+const (
+	// allEffects: the lost node's placement of the volume goes, the node
+	// is tainted, its pods using the volume are deleted (a takeover of an
+	// active primary: its pods are recreated elsewhere).
+	allEffects owedEffects = iota
+	// unplaceOnly: the placement alone (a released volume taken over: no
+	// pod of it runs there, none is recreated, and a taint would stay
+	// until the volume is published again, its copy there resyncing only
+	// then).
+	unplaceOnly
+)
+
 // NewSurvivor returns the survivor of cfg.Node.
 func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
 	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
-		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]bool{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{},
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]owedEffects{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{},
 		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
 }
 
@@ -139,7 +154,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 			}
 			for _, n := range lost {
 				if _, listed := st.Replica(n); listed && !s.handled[owed{st.Volume, n}] {
-					s.pending[owed{st.Volume, n}] = true
+					s.pending[owed{st.Volume, n}] = allEffects
 				}
 			}
 		}
@@ -197,23 +212,45 @@ func (s *Survivor) localStates(ctx context.Context) ([]replica.State, error) {
 
 func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 	id := t.Volume.Volume
+	var final, from replica.Snap
 	st, err := s.cluster.Update(ctx, id, func(st *replica.State) error {
-		return replica.Takeover(st, s.cfg.Node, t.Lost, s.cfg.Lag)
+		if !t.Released {
+			return replica.Takeover(st, s.cfg.Node, t.Lost, s.cfg.Lag)
+		}
+		self, _ := st.Replica(s.cfg.Node)
+		from = self.Holds()
+		var err error
+		final, err = replica.TakeoverReleased(st, s.cfg.Node, t.Lost, s.cfg.Lag)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, replica.ErrFenced) || errors.Is(err, replica.ErrBehind) {
 			// Another survivor won, or the fresh state says this node may
 			// not: the compare-and-swap is the arbiter.
-			s.log.Info("takeover not made", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Error(err))
+			s.log.Info("takeover not made", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Bool("released", t.Released), zap.Error(err))
 			return nil
 		}
 		return fmt.Errorf("take %s over from %s: %w", id, t.Lost, err)
 	}
-	s.log.Warn("took over a volume from a lost node", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Uint64("epoch", uint64(st.Epoch)))
-	s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
-		Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
+	owe := allEffects
+	if t.Released {
+		// The loss is named: the final snapshot the release recorded (and
+		// every one after the successor's) lives only on the lost node.
+		owe = unplaceOnly
+		s.log.Warn("took over a released volume whose final snapshot only a lost node holds", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)),
+			zap.Uint64("epoch", uint64(st.Epoch)), zap.String("final", replica.SnapshotName(final)), zap.String("from", replica.SnapshotName(from)))
+		s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "FinalSnapshotLost",
+			Message: fmt.Sprintf("node %s released the volume and was lost (its lease ran out) holding the only copy of its final snapshot %s: the volume goes on from %s on %s (epoch %d, no active primary: the next publish promotes a replica), and the writes after it up to %s are given up; when %s returns, its copy is kept aside (FencedWritesKept) before it resyncs",
+				t.Lost, replica.SnapshotName(final), replica.SnapshotName(from), s.cfg.Node, st.Epoch, replica.SnapshotName(final), t.Lost)})
+	} else {
+		s.log.Warn("took over a volume from a lost node", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Uint64("epoch", uint64(st.Epoch)))
+		s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
+			Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
+	}
 	s.mu.Lock()
-	s.pending[owed{id, t.Lost}] = true
+	if cur, ok := s.pending[owed{id, t.Lost}]; !ok || owe < cur {
+		s.pending[owed{id, t.Lost}] = owe // never fewer effects than already owed
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -223,24 +260,24 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 // is idempotent; a failed one is retried at the next Step.
 func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Lock()
-	todo := make([]owed, 0, len(s.pending))
-	for o := range s.pending {
-		todo = append(todo, o)
+	todo := make(map[owed]owedEffects, len(s.pending))
+	for o, e := range s.pending {
+		todo[o] = e
 	}
 	s.mu.Unlock()
 	var errs []error
-	for _, o := range todo {
+	for o, owe := range todo {
 		id, n := o.Volume, o.Node
 		// The label and the taint before the pods go: a pod recreated at
 		// once must not land on n again (the volume's PersistentVolume
 		// keeps the node it was provisioned on as a term of its node
 		// affinity, so only the taint keeps the scheduler off that node).
 		err := s.effects.Unplace(ctx, n, id)
-		if err == nil {
+		if err == nil && owe == allEffects {
 			err = s.effects.Taint(ctx, n, true)
 		}
 		var pods []string
-		if err == nil {
+		if err == nil && owe == allEffects {
 			pods, err = s.effects.EvictPods(ctx, n, id)
 		}
 		if err != nil {
@@ -253,8 +290,10 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 				Message: fmt.Sprintf("force-deleted %v on lost node %s (tainted %s) so that their controllers start them on %s", pods, n, "ferry.zfs.csi.io/fenced", s.cfg.Node)})
 		}
 		s.mu.Lock()
-		delete(s.pending, o)
-		s.handled[o] = true
+		if s.pending[o] == owe { // not raised to more effects meanwhile
+			delete(s.pending, o)
+			s.handled[o] = true
+		}
 		s.mu.Unlock()
 	}
 	return errors.Join(errs...)

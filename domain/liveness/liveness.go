@@ -134,11 +134,12 @@ func (c Config) MayPromise(heard, now time.Duration) (bool, time.Duration) {
 
 // Successor is the node whose daemon takes s over from its lost primary:
 // the replica replica.Takeover would accept (acknowledged by the lost
-// primary as a taker, ready within lag, holding the newest snapshot among
-// the others, what they are receiving counted),
-// ties broken by node name so that every observer names the same one.
-// False when none would be accepted (the volume waits for lost to return,
-// or for an operator).
+// primary as a taker, ready within lag, holding
+// the newest snapshot among the others, not on a fenced branch), or, when
+// lost released the volume holding the only copy of its final snapshot,
+// replica.TakeoverReleased; ties broken by node name so that every
+// observer names the same one. False when none would be accepted (the
+// volume waits for lost to return, or for an operator).
 func Successor(s replica.State, lost replica.Node, lag uint64) (replica.Node, bool) {
 	return successor(s, lost, []replica.Node{lost}, lag)
 }
@@ -153,9 +154,19 @@ func successor(s replica.State, lost replica.Node, down []replica.Node, lag uint
 		nodes = append(nodes, r.Node)
 	}
 	slices.Sort(nodes)
+	p, _ := s.Replica(lost)
 	for _, n := range nodes {
+		if slices.Contains(down, n) {
+			continue
+		}
 		t := cloneState(s)
-		if !slices.Contains(down, n) && replica.Takeover(&t, n, lost, lag) == nil {
+		var err error
+		if p.Active {
+			err = replica.Takeover(&t, n, lost, lag)
+		} else {
+			_, err = replica.TakeoverReleased(&t, n, lost, lag)
+		}
+		if err == nil {
 			return n, true
 		}
 	}
@@ -283,16 +294,20 @@ func (o *Observer) Lost(now time.Duration) []replica.Node {
 	return slices.Compact(out)
 }
 
-// Takeover is one volume a node must take over: its active primary's
-// node is lost and the node is its Successor.
+// Takeover is one volume a node must take over: its primary's node is
+// lost and the node is its Successor. Released: that primary had released
+// the volume holding the only copy of its final snapshot
+// (replica.TakeoverReleased, which gives that snapshot up).
 type Takeover struct {
-	Volume replica.State
-	Lost   replica.Node
+	Volume   replica.State
+	Lost     replica.Node
+	Released bool
 }
 
 // Takeovers lists the volumes of states that self takes over now that
-// the nodes in lost are lost: those whose primary is active on a lost node
-// and whose Successor is self. A volume being deleted is left alone.
+// the nodes in lost are lost: those whose primary is active on a lost
+// node, or released there with the only copy of its final snapshot, and
+// whose Successor is self. A volume being deleted is left alone.
 func Takeovers(states []replica.State, lost []replica.Node, self replica.Node, lag uint64) []Takeover {
 	var out []Takeover
 	for _, s := range states {
@@ -300,11 +315,11 @@ func Takeovers(states []replica.State, lost []replica.Node, self replica.Node, l
 			continue
 		}
 		p, ok := s.Replica(s.Primary)
-		if !ok || !p.Active {
+		if !ok {
 			continue
 		}
 		if n, ok := successor(s, s.Primary, lost, lag); ok && n == self {
-			out = append(out, Takeover{Volume: s, Lost: s.Primary})
+			out = append(out, Takeover{Volume: s, Lost: s.Primary, Released: !p.Active})
 		}
 	}
 	return out

@@ -132,10 +132,19 @@ func TestEveryObserverNamesTheSameSuccessorTheNewestReadyReplica(t *testing.T) {
 	if n, ok := Successor(st, "a", 1); !ok || n != "c" {
 		t.Fatalf("successor %q %v, want c (the newest)", n, ok)
 	}
+	// What c receives is not a copy: 9 lives only on the lost a, so a
+	// partial receive of it never completes.
 	st = state()
 	st.Replicas[2].Fetching = replica.Snap{Number: 9, Epoch: 2}
+	if n, ok := Successor(st, "a", 1); !ok || n != "b" {
+		t.Fatalf("successor %q %v, want b (c's target, held by the lost primary alone, does not count)", n, ok)
+	}
+	// A copy on the branch an earlier takeover left is never one.
+	st = state()
+	st.Replicas[1].Forked = replica.Fork{Epoch: 2, At: replica.Snap{Number: 7, Epoch: 1}}
+	st.Replicas[1].SnapshotEpoch, st.Replicas[1].Snapshot, st.Replicas[1].Ready = 1, 20, false
 	if n, ok := Successor(st, "a", 1); !ok || n != "c" {
-		t.Fatalf("successor %q %v, want c (receiving the newest counts)", n, ok)
+		t.Fatalf("successor %q %v, want c (b is on a fenced branch, and its 20 of epoch 1 counts for nothing)", n, ok)
 	}
 	// Too far behind the lost primary's last report: nobody takes over.
 	st = state()

@@ -100,16 +100,28 @@ func TestOnlyTheSuccessorTakesAnActivePrimarysVolumeOver(t *testing.T) {
 	if got := Takeovers([]replica.State{st}, []replica.Node{"a", "b"}, "b", 1); len(got) != 0 {
 		t.Fatalf("lost b takes over %+v", got)
 	}
-	// Nothing to take over: a primary not active (no pod writes), a
-	// primary on a live node, a volume being deleted.
+	// Nothing to take over: a primary not active whose final snapshot
+	// another replica holds (a publish promotes that one), a primary on a
+	// live node, a volume being deleted.
 	idle := state()
 	idle.Replicas[0].Active = false
+	idle.Replicas[2].Snapshot = 9
 	deleting := state()
 	deleting.Deleting = true
 	for _, s := range []replica.State{idle, deleting} {
 		if got := Takeovers([]replica.State{s}, lost, "b", 1); len(got) != 0 {
 			t.Fatalf("takes over %+v", got)
 		}
+	}
+	// A released primary lost with the only copy of its final snapshot:
+	// the successor takes the released volume over.
+	released := state()
+	released.Replicas[0].Active = false
+	if got := Takeovers([]replica.State{released}, lost, "b", 1); len(got) != 1 || !got[0].Released || got[0].Lost != "a" {
+		t.Fatalf("b takes over %+v, want v released by a", got)
+	}
+	if got := Takeovers([]replica.State{released}, lost, "c", 1); len(got) != 0 {
+		t.Fatalf("c takes over %+v: only the successor does", got)
 	}
 	if got := Takeovers([]replica.State{st}, []replica.Node{"c"}, "b", 1); len(got) != 0 {
 		t.Fatalf("takes over %+v from a live primary", got)

@@ -26,10 +26,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // Commands:
 //
-//	replica NODE N@E [active] [taker]
+//	replica NODE N@E [active|released] [taker] [fetching=N@E]
 //	                                the shared state's entry for NODE (epoch and
-//	                                primary follow the active entry; taker: the
-//	                                primary acknowledged it, as in its ledger)
+//	                                primary follow the active entry, or the
+//	                                released one: the last primary, inactive;
+//	                                taker: the primary acknowledged it, as in its
+//	                                ledger), receiving N@E
 //	join NODE                       a new copy on NODE joins the list (no data)
 //	report NODE N@E                 NODE's copy reports snapshot N of epoch E
 //	rf N                            the replication factor is edited to N
@@ -50,10 +52,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	view NODE                       NODE reads the shared state (kept as its view;
 //	                                its ledger learns from it)
 //	takeovers NODE at=T lag=N       what NODE takes over on its view (Takeovers)
-//	takeover NODE [from=LOST] [lag=N]
+//	takeover NODE [from=LOST [released]] [lag=N]
 //	                                each takeover NODE decided last (or one from
 //	                                LOST, decided or not) as a compare-and-swap on
-//	                                the newest state
+//	                                the newest state (replica.TakeoverReleased
+//	                                for a released volume)
 //	print                           the shared state
 func TestLivenessScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -120,6 +123,17 @@ func runScript(t *testing.T, path string) {
 	}
 }
 
+// parseSnap reads N@EPOCH (its GUID made up from both).
+func parseSnap(v string) (replica.Snap, error) {
+	num, ep, ok := strings.Cut(v, "@")
+	x, err1 := strconv.ParseUint(num, 10, 64)
+	y, err2 := strconv.ParseUint(ep, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return replica.Snap{}, fmt.Errorf("snapshot %q: want N@EPOCH", v)
+	}
+	return replica.Snap{Number: replica.SnapshotNumber(x), Epoch: replica.Epoch(y), GUID: x*100 + y}, nil
+}
+
 func args(f []string) map[string]string {
 	m := map[string]string{}
 	for _, a := range f {
@@ -151,16 +165,6 @@ func (e *scriptEnv) ledger(n replica.Node) *Ledger {
 	return e.ledgers[n]
 }
 
-func parseSnap(v string) (replica.Snap, error) {
-	num, ep, ok := strings.Cut(v, "@")
-	x, err1 := strconv.ParseUint(num, 10, 64)
-	y, err2 := strconv.ParseUint(ep, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
-		return replica.Snap{}, fmt.Errorf("snapshot %q: want N@EPOCH", v)
-	}
-	return replica.Snap{Number: replica.SnapshotNumber(x), Epoch: replica.Epoch(y), GUID: x*100 + y}, nil
-}
-
 // cas applies change to a copy of the newest state and keeps it if both
 // the change and the state's invariants hold.
 func (e *scriptEnv) cas(change func(*replica.State) error) error {
@@ -183,14 +187,17 @@ func (e *scriptEnv) run(f []string) error {
 	a := args(f[1:])
 	switch f[0] {
 	case "replica":
-		num, ep, ok := strings.Cut(f[2], "@")
-		x, err1 := strconv.ParseUint(num, 10, 64)
-		y, err2 := strconv.ParseUint(ep, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return fmt.Errorf("snapshot %q: want N@EPOCH", f[2])
+		snap, err := parseSnap(f[2])
+		if err != nil {
+			return err
 		}
-		r := replica.Replica{Node: n, Snapshot: replica.SnapshotNumber(x), SnapshotEpoch: replica.Epoch(y), SnapshotGUID: x*100 + y, Ready: true,
+		r := replica.Replica{Node: n, Snapshot: snap.Number, SnapshotEpoch: snap.Epoch, SnapshotGUID: snap.GUID, Ready: true,
 			Active: slices.Contains(f[3:], "active"), Taker: slices.Contains(f[3:], "taker")}
+		if t, ok := a["fetching"]; ok {
+			if r.Fetching, err = parseSnap(t); err != nil {
+				return err
+			}
+		}
 		replica.Join(&e.state, n)
 		for i := range e.state.Replicas {
 			if e.state.Replicas[i].Node == n {
@@ -198,7 +205,7 @@ func (e *scriptEnv) run(f []string) error {
 			}
 		}
 		e.state.Epoch = max(e.state.Epoch, r.SnapshotEpoch)
-		if r.Active {
+		if r.Active || slices.Contains(f[3:], "released") {
 			e.state.Primary = n
 		}
 		if err := e.state.Validate(); err != nil {
@@ -318,23 +325,32 @@ func (e *scriptEnv) run(f []string) error {
 			fmt.Fprintf(e.out, "%s takes nothing over\n", n)
 		}
 		for _, t := range e.decided[n] {
-			fmt.Fprintf(e.out, "%s takes %s over from %s (its view: epoch %d)\n", n, t.Volume.Volume, t.Lost, t.Volume.Epoch)
+			released := ""
+			if t.Released {
+				released = ", released"
+			}
+			fmt.Fprintf(e.out, "%s takes %s over from %s (its view: epoch %d%s)\n", n, t.Volume.Volume, t.Lost, t.Volume.Epoch, released)
 		}
 	case "takeover":
 		lag, _ := strconv.ParseUint(a["lag"], 10, 64)
-		var lost []replica.Node
-		for _, t := range e.decided[n] {
-			lost = append(lost, t.Lost)
-		}
+		todo := e.decided[n]
 		if from, ok := a["from"]; ok {
-			lost = []replica.Node{replica.Node(from)}
+			_, released := a["released"]
+			todo = []Takeover{{Lost: replica.Node(from), Released: released}}
 		}
-		if len(lost) == 0 {
+		if len(todo) == 0 {
 			fmt.Fprintf(e.out, "%s attempts no takeover\n", n)
 		}
-		for _, l := range lost {
+		for _, t := range todo {
+			l := t.Lost
 			next := cloneState(e.state)
-			err := replica.Takeover(&next, n, l, lag)
+			var err error
+			var final replica.Snap
+			if !t.Released {
+				err = replica.Takeover(&next, n, l, lag)
+			} else {
+				final, err = replica.TakeoverReleased(&next, n, l, lag)
+			}
 			if err == nil {
 				err = next.Validate()
 			}
@@ -343,12 +359,26 @@ func (e *scriptEnv) run(f []string) error {
 				continue
 			}
 			e.state = next
+			if final.Number != 0 {
+				fmt.Fprintf(e.out, "%s: took the released volume over from %s: epoch %d, its final snapshot %s given up\n", n, l, e.state.Epoch, replica.SnapshotName(final))
+				continue
+			}
 			fmt.Fprintf(e.out, "%s: took over from %s: epoch %d\n", n, l, e.state.Epoch)
 		}
 	case "print":
 		fmt.Fprintf(e.out, "epoch=%d primary=%s\n", e.state.Epoch, e.state.Primary)
 		for _, r := range e.state.Replicas {
-			fmt.Fprintf(e.out, "  %s: %d@%d active=%v taker=%v\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Taker)
+			extra := ""
+			if r.Fetching.Number != 0 {
+				extra += fmt.Sprintf(" fetching=%d@%d", r.Fetching.Number, r.Fetching.Epoch)
+			}
+			if r.Forked.Epoch != 0 {
+				extra += fmt.Sprintf(" forked=e%d@%d@%d", r.Forked.Epoch, r.Forked.At.Number, r.Forked.At.Epoch)
+			}
+			if r.Taker {
+				extra += " taker"
+			}
+			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v%s\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready, extra)
 		}
 	default:
 		return fmt.Errorf("unknown command %q", f[0])

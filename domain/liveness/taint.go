@@ -145,7 +145,14 @@ func LiftTaint(v TaintView, fencedWait time.Duration) TaintVerdict {
 		}
 		p, _ := st.Replica(st.Primary)
 		switch {
-		case st.Fenced(holds):
+		case r.OnFencedBranch() && !resyncable(st, r):
+			// Kept on the branch a takeover left, with nothing newer to
+			// resync from yet (a released volume taken over is published
+			// nowhere): it cannot be rolled back until the volume is
+			// published again, and other pods need not wait for that.
+			out.Unready = append(out.Unready, CopyNote{Volume: st.Volume, Why: fmt.Sprintf(
+				"on the branch the takeover of epoch %d left, with nothing newer to resync from until the volume is published again", r.Forked.Epoch)})
+		case st.Fenced(holds) || r.OnFencedBranch():
 			out.Waiting = append(out.Waiting, CopyNote{Volume: st.Volume, Why: fmt.Sprintf(
 				"holds snapshot %d of ended epoch %d, which its primary %s lacks (it holds %d of epoch %d): an ended term's writes, to be kept aside and rolled back",
 				holds.Number, holds.Epoch, st.Primary, p.Snapshot, p.SnapshotEpoch)})
@@ -167,6 +174,17 @@ func LiftTaint(v TaintView, fencedWait time.Duration) TaintVerdict {
 		out.Reason = fmt.Sprintf("%d copies here hold a fenced branch (%s first): the taint stays until they are rolled back, or for %s at most", len(out.Waiting), out.Waiting[0].Volume, fencedWait-v.Waited)
 	}
 	return out
+}
+
+// resyncable: some replica holds a snapshot of the line r's fenced branch
+// left (of the takeover's epoch or later), which r can roll back onto.
+func resyncable(st replica.State, r replica.Replica) bool {
+	for _, o := range st.Replicas {
+		if o.Snapshot != 0 && o.SnapshotEpoch >= r.Forked.Epoch {
+			return true
+		}
+	}
+	return false
 }
 
 func unready(st replica.State, holds replica.Snap) string {

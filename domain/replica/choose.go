@@ -39,12 +39,13 @@ func newerReplica(a, b Replica) bool {
 }
 
 // NewestReplica is the replica holding the newest snapshot; ties go to the
-// lowest node name, so every node computes the same answer.
+// lowest node name, so every node computes the same answer. A copy on a
+// fenced branch is not counted: what it holds beyond its fork was given up.
 func (s *State) NewestReplica() (Replica, bool) {
 	var best Replica
 	found := false
 	for _, r := range s.Replicas { // sorted by node: the first of equals wins
-		if r.Snapshot == 0 {
+		if r.Snapshot == 0 || r.OnFencedBranch() {
 			continue
 		}
 		if !found || newerReplica(r, best) {
@@ -64,7 +65,10 @@ func (s *State) NewestReplica() (Replica, bool) {
 // as the best is avoided, the best is chosen again (the caller's back-off
 // spaces the retries). The primary is also chosen when it is at self's
 // number and epoch with another GUID, so that the divergence is planned
-// (and raised) rather than unseen.
+// (and raised) rather than unseen. A replica on a fenced branch is never
+// a source: what it holds beyond its fork was given up, and once the
+// primary that took over is gone from the list, State.Fenced no longer
+// tells it.
 func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 	me, _ := s.Replica(self)
 	var best, alt Replica
@@ -72,7 +76,7 @@ func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 	for _, r := range s.Replicas {
 		diverged := r.Node == s.Primary && me.Snapshot != 0 && r.Snapshot == me.Snapshot &&
 			r.SnapshotEpoch == me.SnapshotEpoch && r.SnapshotGUID != me.SnapshotGUID
-		if r.Node == self || r.Snapshot == 0 || s.Fenced(r.Holds()) || (!newerReplica(r, me) && !diverged) {
+		if r.Node == self || r.Snapshot == 0 || s.Fenced(r.Holds()) || r.OnFencedBranch() || (!newerReplica(r, me) && !diverged) {
 			continue
 		}
 		if !found || newerReplica(r, best) {
@@ -83,7 +87,7 @@ func ChooseSource(s State, self Node, avoid map[Node]bool) (Replica, bool) {
 		return best, found
 	}
 	for _, r := range s.Replicas {
-		if r.Node != self && !avoid[r.Node] && r.Holds() == best.Holds() && !altFound {
+		if r.Node != self && !avoid[r.Node] && !r.OnFencedBranch() && r.Holds() == best.Holds() && !altFound {
 			alt, altFound = r, true
 		}
 	}
@@ -108,11 +112,15 @@ func (s *State) Fenced(snap Snap) bool {
 // IsReady says whether replica r (as it is now, which may be newer than
 // its entry in s) is close enough to the newest snapshot to take over: the
 // same epoch as the newest and at most lag snapshots behind. A replica of
-// an older epoch is never ready: its snapshots may have diverged.
+// an older epoch is never ready: its snapshots may have diverged. Nor is
+// a copy on a fenced branch, and such a copy does not count as the newest.
 func IsReady(s State, r Replica, lag uint64) bool {
+	if r.OnFencedBranch() {
+		return false
+	}
 	n := r
 	for _, o := range s.Replicas {
-		if o.Node != r.Node && newerReplica(o, n) {
+		if o.Node != r.Node && !o.OnFencedBranch() && newerReplica(o, n) {
 			n = o
 		}
 	}

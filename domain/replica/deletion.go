@@ -29,8 +29,8 @@ func holdsAtLeast(r, self Replica) bool {
 // CanDestroy applies seed 000's safe-deletion rule for the replica on node:
 // it may destroy its copy when the volume is gone (volumeGone), or when at
 // least ReplicationFactor other replicas hold a snapshot at least as new as
-// its own (by epoch, then number; the same snapshot by GUID). A replica
-// with no data (snapshot 0) may always leave.
+// its own (by epoch, then number; the same snapshot by GUID), none of them
+// on a fenced branch. A replica with no data (snapshot 0) may always leave.
 //
 // The verdict is only as good as the state it was computed on: the caller
 // must remove its entry with a compare-and-swap on s.Version, re-read, and
@@ -46,7 +46,9 @@ func CanDestroy(s State, node Node, volumeGone bool) DeletionVerdict {
 	}
 	var holders []Node
 	for _, r := range s.Replicas {
-		if r.Node != node && holdsAtLeast(r, self) {
+		// A copy on a fenced branch is not the volume's: its newer
+		// snapshot is not a copy of self's, and it rolls back.
+		if r.Node != node && !r.OnFencedBranch() && holdsAtLeast(r, self) {
 			holders = append(holders, r.Node)
 		}
 	}

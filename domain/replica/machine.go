@@ -519,6 +519,9 @@ func (m *Machine) Acquiring() (bool, string) {
 		}
 	}
 	self, _ := m.state.Replica(m.cfg.Self)
+	if self.OnFencedBranch() {
+		return true, fmt.Sprintf("its copy is on the branch a takeover of epoch %d left: it resyncs once a snapshot of that epoch or later exists", self.Forked.Epoch)
+	}
 	if n, ok := m.state.NewestReplica(); ok && newerReplica(n, self) {
 		return true, fmt.Sprintf("catching up: holds snapshot %d of epoch %d, %s holds %d of epoch %d", self.Snapshot, self.SnapshotEpoch, n.Node, n.Snapshot, n.SnapshotEpoch)
 	}
@@ -697,9 +700,10 @@ func (m *Machine) plannable(src Replica) []Snap {
 // mayPromote: as this view tells, no other replica is active and none
 // holds a newer snapshot than this replica's entry (which matches its
 // store: reported first), and nothing unsnapshotted waits to be rolled
-// back. Promote checks the first two again on the newest state.
+// back, and its copy is not on a fenced branch. Promote checks all but
+// the unsnapshotted changes again on the newest state.
 func (m *Machine) mayPromote(self Replica) bool {
-	if m.modified {
+	if m.modified || self.OnFencedBranch() {
 		return false
 	}
 	for _, r := range m.state.Replicas {

@@ -27,11 +27,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	step NODE [N]                     observe state and local, run actions until none (at most N)
 //	stabilize                         step every node until nothing happens
 //	tick [NODE]                       time passes (for one node or all)
-//	ack NODE                          NODE, the active primary, acknowledges every
-//	                                  replica holding a snapshot as a taker
-//	promote NODE | takeover NODE LOST [lag=N]
+//	ack NODE [TAKER...]               NODE, the active primary, acknowledges every
+//	                                  candidate (Candidates) as a taker, or the
+//	                                  TAKERs named
+//	promote NODE | takeover NODE LOST [lag=N] [released]
 //	                                  change the primary, as publish or failover do (a
-//	                                  takeover is judged with NODE's allowed lag, or N)
+//	                                  takeover is judged with NODE's allowed lag, or N;
+//	                                  released: TakeoverReleased, naming what it gave up)
 //	release NODE                      unpublish: NODE's primary hands over
 //	write NODE                        NODE's dataset changes after its newest snapshot
 //	slow NODE                         NODE's next transfer stays in flight until "finish NODE"
@@ -203,14 +205,33 @@ func (e *scriptEnv) run(f []string) error {
 		// snapshot as a taker (what the publish does before the pod
 		// mounts, and the guard whenever a copy reports).
 		n := Node(f[1])
-		return e.cas(func(s *State) error { return Acknowledge(s, n, s.Epoch, Candidates(*s, n)) })
+		return e.cas(func(s *State) error {
+			takers := Candidates(*s, n)
+			if len(f) > 2 {
+				takers = nil
+				for _, t := range f[2:] {
+					takers = append(takers, Node(t))
+				}
+			}
+			return Acknowledge(s, n, s.Epoch, takers)
+		})
 	case "takeover":
 		lag := uint64(1)
 		if m, ok := e.machines[Node(f[1])]; ok {
 			lag = m.cfg.AllowedLag
 		}
-		if l, ok := kv(f[3:])["lag"]; ok {
+		a := kv(f[3:])
+		if l, ok := a["lag"]; ok {
 			lag = uint64(atoi(l, int(lag)))
+		}
+		if _, ok := a["released"]; ok {
+			return e.cas(func(s *State) error {
+				final, err := TakeoverReleased(s, Node(f[1]), Node(f[2]), lag)
+				if err == nil {
+					fmt.Fprintf(e.out, "%s took the released volume over from %s (epoch %d), giving up %v\n", f[1], f[2], s.Epoch, final)
+				}
+				return err
+			})
 		}
 		return e.cas(func(s *State) error { return Takeover(s, Node(f[1]), Node(f[2]), lag) })
 	case "release":
@@ -292,6 +313,9 @@ func (e *scriptEnv) run(f []string) error {
 			fetching := ""
 			if r.Fetching.Number != 0 {
 				fetching = fmt.Sprintf(" fetching=%d@%d", r.Fetching.Number, r.Fetching.Epoch)
+			}
+			if r.Forked.Epoch != 0 {
+				fetching += fmt.Sprintf(" forked=e%d@%v", r.Forked.Epoch, r.Forked.At)
 			}
 			fmt.Fprintf(e.out, "  %s: %d@%d active=%v ready=%v%s\n", r.Node, r.Snapshot, r.SnapshotEpoch, r.Active, r.Ready, fetching)
 		}

@@ -8,12 +8,12 @@ import (
 
 // One test per rule, each checked to fail when its rule is removed.
 
-func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *testing.T) {
+func TestTakeoverRefusesWhenAnotherReplicaIsNewer(t *testing.T) {
 	base := func() State {
 		return State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
 			{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
-			{Node: "b", Snapshot: 7, SnapshotEpoch: 2, Ready: true, Taker: true},
-			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+			{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+			{Node: "c", Snapshot: 9, SnapshotEpoch: 2, Ready: true, Taker: true},
 		}}
 	}
 	s := base()
@@ -21,13 +21,93 @@ func TestTakeoverRefusesWhenAnotherReplicaIsNewerOrReceivingANewerSnapshot(t *te
 		t.Fatalf("b took over although c holds a newer snapshot: %v (epoch %d)", err, s.Epoch)
 	}
 	s = base()
-	s.Replicas[2].Snapshot, s.Replicas[2].Fetching = 7, Snap{Number: 9, Epoch: 2}
-	if err := Takeover(&s, "b", "a", 1); !errors.Is(err, ErrBehind) {
-		t.Fatalf("b took over although c may hold 9 it has not reported yet: %v", err)
-	}
-	s = base()
 	if err := Takeover(&s, "c", "a", 1); err != nil || s.Epoch != 3 || s.Primary != "c" {
 		t.Fatalf("the newest ready replica could not take over: %v, %+v", err, s)
+	}
+}
+
+// A fetch target only the lost primary holds is no copy: receives of it
+// (partial ones kept to be resumed, OpenZFS) never complete. They refuse
+// no takeover, and the takeover forgets them (they are on the branch
+// given up); a target on the volume's line stays.
+func TestTakeoverIsNotRefusedByATargetOnlyTheLostPrimaryHoldsAndForgetsIt(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Fetching: Snap{Number: 9, Epoch: 2}, Taker: true},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Fetching: Snap{Number: 9, Epoch: 2}, Taker: true},
+		{Node: "d", Snapshot: 7, SnapshotEpoch: 2, Fetching: Snap{Number: 8, Epoch: 2}},
+	}}
+	if err := Takeover(&s, "b", "a", 1); err != nil || s.Primary != "b" {
+		t.Fatalf("b refused because of c's target 9, which only the lost a holds: %v", err)
+	}
+	for _, r := range s.Replicas {
+		want := Snap{}
+		if r.Node == "d" {
+			want = Snap{Number: 8, Epoch: 2} // b holds it: d's transfer goes on
+		}
+		if r.Fetching != want {
+			t.Errorf("%s's target after the takeover: %v, want %v", r.Node, r.Fetching, want)
+		}
+	}
+}
+
+// The primary a takeover replaced is on the branch the volume's history
+// left until it reports a snapshot of the new epoch: not ready, never a
+// successor nor promoted, and never counted as newer, its snapshot
+// equal to the fork point included (writes never snapshotted on top).
+func TestTheReplacedPrimaryIsOnAFencedBranchUntilItReportsTheNewEpoch(t *testing.T) {
+	for _, fenced := range []Snap{{Number: 9, Epoch: 2}, {Number: 8, Epoch: 2}} {
+		s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: fenced.Number, SnapshotEpoch: 2, Active: true, Ready: true},
+			{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+		}}
+		if err := Takeover(&s, "b", "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := s.Replica("a"); !a.OnFencedBranch() || a.Forked != (Fork{Epoch: 3, At: Snap{Number: 8, Epoch: 2}}) {
+			t.Fatalf("a after the takeover: %+v", a)
+		}
+		// b acknowledges both (even a: the fenced rule, not the taker
+		// rule, is what must refuse it below).
+		if err := Acknowledge(&s, "b", s.Epoch, []Node{"a", "c"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := Report(&s, "a", fenced, true); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := s.Replica("a"); a.Ready || !a.OnFencedBranch() {
+			t.Fatalf("a, back on its branch %v, is recorded %+v", fenced, a)
+		}
+		// b is lost before its first snapshot of epoch 3.
+		if err := Takeover(&s, "a", "b", 1); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a, on a fenced branch, took over from b: %v", err)
+		}
+		if n, _ := s.NewestReplica(); n.Node == "a" || IsReady(s, Replica{Node: "c", Snapshot: 7, SnapshotEpoch: 2}, 0) {
+			t.Fatalf("a's %v counts as the newest", fenced)
+		}
+		next := s
+		next.Replicas = append([]Replica(nil), s.Replicas...)
+		if err := Takeover(&next, "c", "b", 0); err != nil || next.Epoch != 4 {
+			t.Fatalf("c, holding b's snapshot, was refused because of a's fenced %v: %v", fenced, err)
+		}
+		idle := s
+		idle.Replicas = append([]Replica(nil), s.Replicas...)
+		idle.Replicas[1].Active = false // b inactive: nobody else is active
+		if err := Promote(&idle, "a"); !errors.Is(err, ErrFenced) {
+			t.Fatalf("a, on a fenced branch, was promoted: %v", err)
+		}
+		// a rolls back to 8 (still on the branch), then receives 10 of
+		// epoch 3: resynced, the fork forgotten.
+		_ = Report(&s, "a", Snap{Number: 8, Epoch: 2}, true)
+		if a, _ := s.Replica("a"); !a.OnFencedBranch() {
+			t.Fatalf("a left its branch by rolling back: %+v", a)
+		}
+		_ = Report(&s, "b", Snap{Number: 10, Epoch: 3}, true)
+		_ = Report(&s, "a", Snap{Number: 10, Epoch: 3}, true)
+		if a, _ := s.Replica("a"); a.OnFencedBranch() || a.Forked != (Fork{}) || !a.Ready {
+			t.Fatalf("a resynced onto epoch 3 but is %+v", a)
+		}
 	}
 }
 
@@ -225,5 +305,67 @@ func TestRuleAnOrphanIsDestroyedOnlyIfItWasAReplica(t *testing.T) {
 		if v := CanDestroyOrphan(c.h); v.Allowed != c.want || v.Reason == "" {
 			t.Errorf("CanDestroyOrphan(%+v) = %+v, want allowed %v", c.h, v, c.want)
 		}
+	}
+}
+
+// A copy on a fenced branch is neither a source nor a copy: once the
+// primary that took over left the list, State.Fenced no longer tells its
+// 15 of epoch 10 (given up at the takeover of epoch 11, from 14) from the
+// volume's history, but the fork does. It must not be fetched, and it
+// does not let the last copy of the volume's line leave.
+func TestACopyOnAFencedBranchIsNoSourceAndNoHolder(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 11, Primary: "j1", Replicas: []Replica{
+		{Node: "b", Snapshot: 15, SnapshotEpoch: 10, Forked: Fork{Epoch: 11, At: Snap{Number: 14, Epoch: 10}}},
+		{Node: "c", Snapshot: 14, SnapshotEpoch: 10, Ready: true},
+		{Node: "d", Snapshot: 13, SnapshotEpoch: 10},
+	}}
+	if src, ok := ChooseSource(s, "d", nil); !ok || src.Node != "c" {
+		t.Fatalf("d fetches from %s (%v), want c: b's 15 was given up", src.Node, ok)
+	}
+	if src, ok := ChooseSource(s, "c", nil); ok {
+		t.Fatalf("c fetches from %s: nothing newer on the volume's line", src.Node)
+	}
+	if v := CanDestroy(s, "c", false); v.Allowed {
+		t.Fatalf("c, the last copy of the volume's line, may leave: %s", v.Reason)
+	}
+}
+
+// A released volume is taken over only when its last primary holds the
+// only copy of its final snapshot, by a successor within the allowed lag
+// of it, which stays inactive; what it gives up is returned to be named.
+func TestTakeoverReleasedGivesUpTheFinalSnapshotOnlyWhenNobodyElseHoldsIt(t *testing.T) {
+	base := func() State {
+		return State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 90, Ready: true},
+			{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+			{Node: "c", Snapshot: 8, SnapshotEpoch: 2, Ready: true, Taker: true},
+		}}
+	}
+	s := base()
+	s.Replicas[0].Active = true
+	if _, err := TakeoverReleased(&s, "b", "a", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("an active primary was taken over as released: %v", err)
+	}
+	s = base()
+	s.Replicas[2].Snapshot, s.Replicas[2].SnapshotGUID = 9, 90
+	if _, err := TakeoverReleased(&s, "b", "a", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("taken over although c holds the final snapshot (a publish promotes c): %v", err)
+	}
+	s = base()
+	if _, err := TakeoverReleased(&s, "b", "a", 0); !errors.Is(err, ErrBehind) {
+		t.Fatalf("taken over giving up more than the allowed lag: %v", err)
+	}
+	s = base()
+	final, err := TakeoverReleased(&s, "b", "a", 1)
+	if err != nil || final != (Snap{Number: 9, Epoch: 2, GUID: 90}) {
+		t.Fatalf("TakeoverReleased = %v, %v", final, err)
+	}
+	b, _ := s.Replica("b")
+	a, _ := s.Replica("a")
+	if s.Epoch != 3 || s.Primary != "b" || b.Active || !a.OnFencedBranch() || a.Ready {
+		t.Fatalf("after the released takeover: %+v", s)
+	}
+	if err := Promote(&s, "c"); err != nil {
+		t.Fatalf("a publish on c was refused after the released takeover: %v", err)
 	}
 }

@@ -171,7 +171,7 @@ func (w *world) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "state: epoch=%d primary=%q rf=%d\n", w.state.Epoch, w.state.Primary, w.state.ReplicationFactor)
 	for _, r := range w.state.Replicas {
-		fmt.Fprintf(&b, "  %s: %v active=%v ready=%v fetching=%v\n", r.Node, r.Holds(), r.Active, r.Ready, r.Fetching)
+		fmt.Fprintf(&b, "  %s: %v active=%v ready=%v fetching=%v forked=%+v\n", r.Node, r.Holds(), r.Active, r.Ready, r.Fetching, r.Forked)
 	}
 	for _, n := range w.nodes {
 		fmt.Fprintf(&b, "  store %s: %v up=%v cut=%v gone=%v mounted=%v dirty=%v kept=%v\n", n.name, n.store, n.m != nil, n.cut, n.gone, n.mounted, n.dirty, n.kept)
@@ -358,13 +358,22 @@ func (w *world) mountedNode() *simNode {
 	return nil
 }
 
-// takeover: the active primary is unreachable; n tries to take over.
+// takeover: the active primary is unreachable; n tries to take over. A
+// primary that released the volume and is unreachable is taken over as
+// released (TakeoverReleased, refused unless it alone holds its final
+// snapshot): nothing is mounted, n becomes the inactive primary of a new
+// epoch.
 func (w *world) takeover(n *simNode) error {
 	lost := w.node(w.state.Primary)
 	if lost == nil || lost == n || n.m == nil || n.term || n.release {
 		return nil
 	}
-	if r, _ := w.state.Replica(lost.name); !r.Active || (lost.m != nil && !lost.cut) {
+	if lost.m != nil && !lost.cut {
+		return nil
+	}
+	if r, _ := w.state.Replica(lost.name); !r.Active {
+		err := w.cas(func(s *State) error { _, err := TakeoverReleased(s, n.name, lost.name, n.m.cfg.AllowedLag); return err })
+		w.logf("%s: released takeover from %s -> %v", n.name, lost.name, err)
 		return nil
 	}
 	err := w.cas(func(s *State) error { return Takeover(s, n.name, lost.name, n.m.cfg.AllowedLag) })
@@ -712,6 +721,18 @@ func (w *world) converge() error {
 			w.restart(n)
 		}
 	}
+	if w.mountedNode() == nil && w.stranded() {
+		// A released volume was taken over: no line newer than the branch
+		// its lost primary keeps exists until the volume is published
+		// again (the replica it lands on is promoted).
+		if nr, ok := w.state.NewestReplica(); ok {
+			if p := w.node(nr.Node); p != nil && p.m != nil && !p.term && !p.gone {
+				w.logf("%s: publish", p.name)
+				p.acquire = true
+				_ = p.m.Step(Acquire{})
+			}
+		}
+	}
 	// While the pod writes on, with snapshots every tick or few and
 	// transfers fifteen ticks long, no transfer may break.
 	for round := 0; round < 60; round++ {
@@ -755,6 +776,24 @@ func (w *world) converge() error {
 		}
 	}
 	return fmt.Errorf("did not converge after healing")
+}
+
+// stranded: a replica is on the branch a takeover left and no replica
+// holds a snapshot of that takeover's epoch or later to resync from.
+func (w *world) stranded() bool {
+	for _, r := range w.state.Replicas {
+		if !r.OnFencedBranch() {
+			continue
+		}
+		line := false
+		for _, o := range w.state.Replicas {
+			line = line || (o.Snapshot != 0 && o.SnapshotEpoch >= r.Forked.Epoch)
+		}
+		if !line {
+			return true
+		}
+	}
+	return false
 }
 
 // quietRound: every live node, in order, ticks, advances its transfer and

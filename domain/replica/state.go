@@ -101,6 +101,32 @@ type Replica struct {
 	// epoch (Promote, Takeover) clears every flag: the new primary
 	// acknowledges its own takers.
 	Taker bool
+	// Forked is set (Epoch != 0) on a primary a takeover replaced: its
+	// copy may hold writes the volume gave up (snapshots of its ended
+	// term the successor never received, or writes never snapshotted on
+	// top of the snapshot they share). See OnFencedBranch.
+	Forked Fork
+}
+
+// Fork is where a takeover made the volume's history leave a replica's
+// copy: Epoch is the takeover's epoch, At the successor's snapshot then
+// (the last one the two copies may share).
+type Fork struct {
+	Epoch Epoch
+	At    Snap
+}
+
+// OnFencedBranch reports whether r's copy may hold writes the volume gave
+// up: it was the primary a takeover of epoch Forked.Epoch replaced, and it
+// has not reported a snapshot of that epoch or later since (it receives
+// one only after rolling back to a snapshot of the volume's line, or being
+// replaced; a replica holding nothing reported has nothing to give back).
+// Such a copy is never ready, never promoted nor a successor, and its
+// snapshot is never counted as newer than another replica's: its newest
+// snapshot may equal the fork point while its dataset holds the fenced
+// writes on top of it.
+func (r Replica) OnFencedBranch() bool {
+	return r.Forked.Epoch != 0 && r.Snapshot != 0 && r.SnapshotEpoch < r.Forked.Epoch
 }
 
 // Holds is the replica's newest snapshot as the list records it.
@@ -176,6 +202,12 @@ func (s *State) Validate() error {
 		}
 		if (r.Snapshot == 0) != (r.SnapshotEpoch == 0) || (r.Fetching.Number == 0) != (r.Fetching.Epoch == 0) {
 			return fmt.Errorf("replica on %q names a snapshot without its epoch, or an epoch without a snapshot", r.Node)
+		}
+		if f := r.Forked; f.Epoch > s.Epoch || (f.Epoch == 0) != (f.At.Number == 0) || (f.At.Number == 0) != (f.At.Epoch == 0) || (f.Epoch != 0 && f.At.Epoch >= f.Epoch) {
+			return fmt.Errorf("replica on %q names a fork of epoch %d at snapshot %d of epoch %d: not a takeover of this volume's", r.Node, f.Epoch, f.At.Number, f.At.Epoch)
+		}
+		if r.OnFencedBranch() && (r.Active || r.Ready) {
+			return fmt.Errorf("replica on %q is on a fenced branch (forked at epoch %d) and cannot be active or ready", r.Node, r.Forked.Epoch)
 		}
 	}
 	if active > 1 {

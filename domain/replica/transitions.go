@@ -22,7 +22,10 @@ func Join(s *State, node Node) {
 // from its store (it goes backwards before a rollback: the list says at
 // most what is, never more). A snapshot from an epoch after the volume's
 // is impossible and refused. The fetch target is cleared once the
-// reported snapshot is at least as new as it.
+// reported snapshot is at least as new as it. A replica on a fenced
+// branch (Replica.OnFencedBranch) is never recorded ready; its fork is
+// forgotten once it reports a snapshot of the takeover's epoch or later,
+// or no snapshot at all.
 func Report(s *State, node Node, snap Snap, ready bool) error {
 	i := s.index(node)
 	if i < 0 {
@@ -38,6 +41,12 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 	}
 	if r.Fetching.Number != 0 && !r.Fetching.Newer(snap) {
 		r.Fetching = Snap{}
+	}
+	if r.Forked.Epoch != 0 && !r.OnFencedBranch() {
+		r.Forked = Fork{}
+	}
+	if r.OnFencedBranch() {
+		r.Ready = false
 	}
 	return nil
 }
@@ -72,7 +81,8 @@ func RecordFetch(s *State, node Node, target Snap) error {
 }
 
 // Promote makes node the single active primary of a new epoch. It must
-// hold the newest snapshot, and no other replica may be active.
+// hold the newest snapshot, no other replica may be active, and its copy
+// may not be on a fenced branch (Replica.OnFencedBranch).
 func Promote(s *State, node Node) error {
 	i := s.index(node)
 	if i < 0 {
@@ -85,6 +95,9 @@ func Promote(s *State, node Node) error {
 	}
 	if s.Replicas[i].Active && s.Primary == node {
 		return nil // already the active primary: publishing again is a no-op
+	}
+	if r := s.Replicas[i]; r.OnFencedBranch() {
+		return fmt.Errorf("promote %s: its copy is on the branch a takeover of epoch %d left (it may hold writes the volume gave up): %w", node, r.Forked.Epoch, ErrFenced)
 	}
 	if n, ok := s.NewestReplica(); ok && newerReplica(n, s.Replicas[i]) {
 		return fmt.Errorf("promote %s: holds %d of epoch %d, newest is %d of epoch %d on %s: %w",
@@ -107,14 +120,16 @@ func clearTakers(s *State) {
 
 // Candidates are the replicas the active primary node should acknowledge
 // as takers in s and has not yet: every other listed replica holding a
-// snapshot. None when node is not the active primary.
+// snapshot, but one on a fenced branch (it may not take over until it
+// resynced; acknowledged, it would only be asked for promises). None when
+// node is not the active primary.
 func Candidates(s State, node Node) []Node {
 	if p, ok := s.Replica(node); !ok || !p.Active || s.Primary != node {
 		return nil
 	}
 	var out []Node
 	for _, r := range s.Replicas {
-		if r.Node != node && r.Snapshot != 0 && !r.Taker {
+		if r.Node != node && r.Snapshot != 0 && !r.Taker && !r.OnFencedBranch() {
 			out = append(out, r.Node)
 		}
 	}
@@ -260,12 +275,23 @@ func (s *State) index(n Node) int {
 
 // Takeover makes node the active primary in place of lost, a primary that
 // can no longer serve (its node is gone, or its lease ran out). node must
-// be ready and the newest of the remaining replicas, counting what another
-// replica may hold without having reported it yet (its fetch target) as held:
-// writes lost made after that snapshot are given up (at most one snapshot
-// interval), and lost is fenced: its later snapshots are of an older
-// epoch, so when it returns it rolls them back (PlanRollbackIncremental)
-// instead of serving them.
+// be ready and the newest of the remaining replicas: writes lost made
+// after that snapshot are given up (at most one snapshot interval), and
+// lost is fenced: its later snapshots are of an older epoch, so when it
+// returns it rolls them back (PlanRollbackIncremental) instead of serving
+// them. Until it reports a snapshot of the new epoch its copy is on the
+// branch left here (Forked, OnFencedBranch): never ready, never a
+// successor, never counted as newer, so that a takeover from node before
+// node's first snapshot cannot make that branch (or writes never
+// snapshotted on top of the snapshot both share) the volume's history.
+//
+// Another replica's fetch target is not counted as held: a receive
+// completes only from a replica holding its target, and one that another
+// remaining replica holds already makes that replica newer than node; a
+// target only lost holds can never complete (a partial receive of it,
+// kept to be resumed, holds nothing), and copies each holding such a
+// partial receive must not refuse each other for ever. Those targets, on
+// the branch given up, are forgotten here.
 //
 // lost must still be active: a primary that stepped down ended its term
 // with its final snapshot recorded (Demote), and a takeover, which may
@@ -297,6 +323,11 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 		// make every returning replica replace its copy with it.
 		return fmt.Errorf("takeover by %s: it holds no snapshot: %w", node, ErrBehind)
 	}
+	if r := s.Replicas[i]; r.OnFencedBranch() {
+		// A primary an earlier takeover replaced, back before it resynced:
+		// its copy may hold the writes that takeover gave up.
+		return fmt.Errorf("takeover by %s: its copy is on the branch a takeover of epoch %d left: %w", node, r.Forked.Epoch, ErrFenced)
+	}
 	if !IsReady(*s, s.Replicas[i], lag) {
 		// More than the allowed lag behind the newest entry, the lost
 		// primary's included (a stored Ready flag is only what the replica
@@ -305,24 +336,84 @@ func Takeover(s *State, node, lost Node, lag uint64) error {
 	}
 	mine := s.Replicas[i].Holds()
 	for _, r := range s.Replicas {
-		if r.Node == lost || r.Node == node {
+		if r.Node == lost || r.Node == node || r.OnFencedBranch() {
 			continue
 		}
-		if r.Holds().Newer(mine) || r.Fetching.Newer(mine) {
-			return fmt.Errorf("takeover by %s: %s holds (or is receiving) a newer snapshot: %w", node, r.Node, ErrBehind)
+		if r.Holds().Newer(mine) {
+			return fmt.Errorf("takeover by %s: %s holds a newer snapshot: %w", node, r.Node, ErrBehind)
+		}
+	}
+	for j := range s.Replicas {
+		if s.Replicas[j].Fetching.Newer(mine) {
+			// A target on the branch given up: only the lost primary
+			// holds it, so a partial receive of it (kept to be resumed)
+			// never completes, and it need not be kept anywhere.
+			s.Replicas[j].Fetching = Snap{}
 		}
 	}
 	if j := s.index(lost); j >= 0 {
 		// Its copy is not ready until it reports again: it may hold a
 		// fenced term's writes (rolled back when it returns), and its
 		// stale Ready would let pods (and the lifting of its node's
-		// taint) count on it.
+		// taint) count on it. It stays on the branch left here until it
+		// reports a snapshot of the new epoch (OnFencedBranch).
 		s.Replicas[j].Active = false
 		s.Replicas[j].Ready = false
+		s.Replicas[j].Forked = Fork{Epoch: s.Epoch + 1, At: mine}
 	}
 	s.Epoch++
 	s.Primary = node
 	s.Replicas[i].Active = true
 	clearTakers(s)
 	return nil
+}
+
+// TakeoverReleased gives a volume a line of history again when its last
+// primary, lost, released it (Demote recorded its final snapshot) and was
+// then lost holding the only copy of that snapshot: no replica can be
+// promoted (none holds the newest snapshot) and Takeover refuses (lost is
+// not active), so without this the volume would wait for lost's node for
+// ever. node takes over as Takeover would judge it (ready within lag of
+// every entry, lost's final snapshot included: at most lag snapshots, the
+// final one among them, are given up; the newest of the others; not on a
+// fenced branch), but stays inactive: nobody writes a released volume,
+// and the next publish promotes whichever replica it lands on, as after
+// any release. The epoch grows, so lost's final snapshot is a fenced
+// primary's history: lost is on the branch left here (OnFencedBranch) and,
+// when it returns, keeps that snapshot aside and rolls it back once the
+// volume's line has a newer snapshot. It returns the snapshot given up,
+// for the caller to name.
+//
+// It refuses (ErrFenced) when lost is not the volume's last primary, is
+// active (Takeover's case), or when another replica holds its final
+// snapshot or a newer one: nothing is lost, a publish promotes that one.
+func TakeoverReleased(s *State, node, lost Node, lag uint64) (Snap, error) {
+	j := s.index(lost)
+	if s.Primary != lost || j < 0 {
+		return Snap{}, fmt.Errorf("released takeover from %s: the volume's last primary is %q: %w", lost, s.Primary, ErrFenced)
+	}
+	final := s.Replicas[j]
+	switch {
+	case final.Active:
+		return Snap{}, fmt.Errorf("released takeover from %s: it is the active primary of epoch %d (a takeover, not a released one): %w", lost, s.Epoch, ErrFenced)
+	case final.Snapshot == 0 || final.OnFencedBranch():
+		return Snap{}, fmt.Errorf("released takeover from %s: it holds no final snapshot of the volume's: %w", lost, ErrFenced)
+	}
+	for _, r := range s.Replicas {
+		if r.Node != lost && !r.OnFencedBranch() && holdsAtLeast(r, final) {
+			return Snap{}, fmt.Errorf("released takeover from %s: %s holds its final snapshot %d of epoch %d or a newer one: nothing to take over: %w",
+				lost, r.Node, final.Snapshot, final.SnapshotEpoch, ErrFenced)
+		}
+	}
+	// Judged and applied as a takeover of an active lost, on a copy: the
+	// same successor, fork and forgotten targets; then node steps back.
+	t := *s
+	t.Replicas = append([]Replica(nil), s.Replicas...)
+	t.Replicas[j].Active = true
+	if err := Takeover(&t, node, lost, lag); err != nil {
+		return Snap{}, fmt.Errorf("released %w", err)
+	}
+	t.Replicas[t.index(node)].Active = false
+	*s = t
+	return final.Holds(), nil
 }

@@ -123,6 +123,9 @@ func TestTheStatusCarriesTheSummaryAndAHandEditedStateIsRefused(t *testing.T) {
 	st := replica.State{Volume: "pvc-6f1c", ReplicationFactor: 2, Epoch: 2, Primary: "node-a", Replicas: []replica.Replica{
 		{Node: "node-a", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 1 << 63, Active: true, Ready: true},
 		{Node: "node-b", Snapshot: 7, SnapshotEpoch: 2, Fetching: replica.Snap{Number: 9, Epoch: 2, GUID: 1<<64 - 1}},
+		// The primary epoch 2's takeover replaced: a field the schema
+		// left out would be pruned, and the copy count as ready again.
+		{Node: "node-c", Snapshot: 8, SnapshotEpoch: 1, Forked: replica.Fork{Epoch: 2, At: replica.Snap{Number: 7, Epoch: 1, GUID: 1<<64 - 3}}},
 	}}
 	created, err := s.Create(ctx, st)
 	if err != nil {
@@ -130,6 +133,8 @@ func TestTheStatusCarriesTheSummaryAndAHandEditedStateIsRefused(t *testing.T) {
 	}
 	if got, err := s.Get(ctx, st.Volume); err != nil || got.Replicas[0].SnapshotGUID != 1<<63 || got.Replicas[1].Fetching.GUID != 1<<64-1 {
 		t.Fatalf("GUIDs beyond int64 did not survive: %+v, %v", got, err)
+	} else if got.Replicas[2].Forked != st.Replicas[2].Forked {
+		t.Fatalf("the fork a takeover left did not survive: %+v", got.Replicas[2])
 	}
 	u, err := dyn.Resource(rvapi.GVR).Get(ctx, "pvc-6f1c", metav1.GetOptions{})
 	if err != nil {

@@ -120,6 +120,17 @@ type ReplicaStatus struct {
 	// Taker: the current primary acknowledged this copy as one that may
 	// take the volume over (replica.Replica.Taker).
 	Taker bool `json:"taker,omitempty"`
+	// Forked is set on a primary a takeover replaced (replica.Fork):
+	// until it reports a snapshot of that epoch or later, its copy is on
+	// the branch the volume's history left.
+	Forked *ForkRef `json:"forked,omitempty"`
+}
+
+// ForkRef is where a takeover made the volume's history leave a copy:
+// the takeover's epoch and the successor's snapshot then.
+type ForkRef struct {
+	Epoch int64       `json:"epoch"`
+	At    SnapshotRef `json:"at"`
 }
 
 // SnapshotRef names a replication snapshot.
@@ -176,14 +187,22 @@ func FromState(s replica.State) ReplicatedVolume {
 			rs.SnapshotGUID = strconv.FormatUint(r.SnapshotGUID, 10)
 		}
 		if r.Fetching.Number != 0 {
-			rs.Fetching = &SnapshotRef{Snapshot: int64(r.Fetching.Number), Epoch: int64(r.Fetching.Epoch)}
-			if r.Fetching.GUID != 0 {
-				rs.Fetching.GUID = strconv.FormatUint(r.Fetching.GUID, 10)
-			}
+			rs.Fetching = snapshotRef(r.Fetching)
+		}
+		if r.Forked.Epoch != 0 {
+			rs.Forked = &ForkRef{Epoch: int64(r.Forked.Epoch), At: *snapshotRef(r.Forked.At)}
 		}
 		rv.Status.Replicas = append(rv.Status.Replicas, rs)
 	}
 	return rv
+}
+
+func snapshotRef(s replica.Snap) *SnapshotRef {
+	ref := &SnapshotRef{Snapshot: int64(s.Number), Epoch: int64(s.Epoch)}
+	if s.GUID != 0 {
+		ref.GUID = strconv.FormatUint(s.GUID, 10)
+	}
+	return ref
 }
 
 // ToState reads the replica state out of rv. It refuses what the domain
@@ -226,12 +245,18 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 			Ready:         r.Ready,
 			Taker:         r.Taker,
 		}
-		if r.Fetching != nil {
-			rep.Fetching = replica.Snap{
-				Number: replica.SnapshotNumber(num(f+".fetching.snapshot", r.Fetching.Snapshot)),
-				Epoch:  replica.Epoch(num(f+".fetching.epoch", r.Fetching.Epoch)),
-				GUID:   guid(f+".fetching.guid", r.Fetching.GUID),
+		snap := func(field string, ref SnapshotRef) replica.Snap {
+			return replica.Snap{
+				Number: replica.SnapshotNumber(num(field+".snapshot", ref.Snapshot)),
+				Epoch:  replica.Epoch(num(field+".epoch", ref.Epoch)),
+				GUID:   guid(field+".guid", ref.GUID),
 			}
+		}
+		if r.Fetching != nil {
+			rep.Fetching = snap(f+".fetching", *r.Fetching)
+		}
+		if r.Forked != nil {
+			rep.Forked = replica.Fork{Epoch: replica.Epoch(num(f+".forked.epoch", r.Forked.Epoch)), At: snap(f+".forked.at", r.Forked.At)}
 		}
 		s.Replicas = append(s.Replicas, rep)
 	}

@@ -32,10 +32,13 @@ func TestNamesAreValidForEveryVolumeID(t *testing.T) {
 }
 
 // FromState and ToState are inverses for every valid state, GUIDs beyond
-// int64 included.
+// int64 included, and a fork a takeover left (a copy on a fenced branch
+// must stay one: were the mark dropped, it would count as ready and newest
+// again).
 func TestStatusRoundTrips(t *testing.T) {
 	s := replica.State{Volume: "pvc-1", ReplicationFactor: 3, Epoch: 4, Primary: "b", Version: "17", Replicas: []replica.Replica{
-		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 9, Epoch: 4, GUID: 1 << 63}, Taker: true},
+		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 9, Epoch: 4, GUID: 1 << 63},
+			Forked: replica.Fork{Epoch: 3, At: replica.Snap{Number: 2, Epoch: 2, GUID: 1<<64 - 2}}, Taker: true},
 		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true},
 		{Node: "c"},
 	}}
@@ -51,6 +54,9 @@ func TestStatusRoundTrips(t *testing.T) {
 			t.Errorf("replica %d: %+v, want %+v", i, got.Replicas[i], s.Replicas[i])
 		}
 	}
+	if !got.Replicas[0].OnFencedBranch() {
+		t.Error("the copy a takeover left is no longer on its fenced branch")
+	}
 	rv := FromState(s)
 	if rv.Status.Phase != "Degraded" || rv.Status.ReadyReplicas != 1 || rv.Status.Newest != "ferry-4-9" || rv.Status.MaxLag != 9 {
 		t.Errorf("summary: %+v", rv.Status)
@@ -64,5 +70,15 @@ func TestStatusRoundTrips(t *testing.T) {
 	bad.Status.Replicas[2].Snapshot = -3
 	if _, err := ToState(bad); err == nil {
 		t.Error("a negative snapshot was accepted")
+	}
+	bad = FromState(s)
+	bad.Status.Replicas[0].Forked.At.GUID = "x"
+	if _, err := ToState(bad); err == nil {
+		t.Error("a fork whose GUID is no decimal number was accepted")
+	}
+	bad = FromState(s)
+	bad.Status.Replicas[0].Forked.Epoch = 5
+	if _, err := ToState(bad); err == nil {
+		t.Error("a fork of an epoch after the volume's was accepted")
 	}
 }
