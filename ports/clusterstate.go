@@ -60,6 +60,38 @@ type StateWatcher interface {
 	Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error)
 }
 
+// StateChange is what a StateFeed sends of one volume: its newest state,
+// or, Gone, that its state no longer exists (State is then zero).
+type StateChange struct {
+	Volume volume.ID
+	State  replica.State
+	Gone   bool
+}
+
+// StateFeed is implemented by the ClusterStates that can send the state of
+// every volume as it changes (Kubernetes: an informer on all
+// ReplicatedVolumes), so that a reader keeps a view of all of them
+// without reading each (the daemon's: its fence and placement labels).
+//
+// Completeness: no change is dropped. While the reader lags, a volume's
+// changes coalesce into its newest (the reader may miss intermediate
+// states, never the last one), so the feed holds at most one pending
+// change per volume and a reader that has drained it holds the newest
+// state the feed knows of every volume, deletions included (Gone, also
+// for a deletion learnt only when the feed lists again).
+//
+// Freshness: a change reaches a reader that keeps reading within the
+// watch's latency (Kubernetes: typically milliseconds); while the watch is
+// broken, once it is re-established (the feed lists again). A state that
+// cannot be decoded is skipped: the reader keeps the last one it got. The
+// view built from it is still a hint for what the node does on its own
+// (fence, label): every shared decision reads afresh with Get and writes
+// by compare-and-swap. The channel is closed when ctx ends, after
+// everything the feed started has stopped.
+type StateFeed interface {
+	Feed(ctx context.Context) (<-chan StateChange, error)
+}
+
 // VolumeSpec is what a volume is: its size, how often it is snapshotted
 // and what it was made for. Stores that can keep it next to the volume's
 // state (Kubernetes: the ReplicatedVolume's spec) record it when the state

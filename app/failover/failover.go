@@ -17,6 +17,7 @@ import (
 	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
 )
 
 // Config is the node's failover settings.
@@ -43,9 +44,10 @@ func MonotonicClock() Clock {
 }
 
 // Volumes is the daemon's last known state of every replicated volume (fed
-// by a watch): what the Guard fences from when the API server cannot be
-// read. A hint for fencing only; every takeover decides again on a fresh
-// read by compare-and-swap.
+// by ports.StateFeed, which drops no change: the view is as current as the
+// watch, deletions included): what the Guard fences from when the API
+// server cannot be read. A hint for fencing only; every takeover decides
+// again on a fresh read by compare-and-swap.
 type Volumes struct {
 	mu     sync.Mutex
 	states map[volume.ID]replica.State
@@ -59,6 +61,16 @@ func (v *Volumes) Saw(st replica.State) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.states[st.Volume] = st
+}
+
+// Apply records a change sent by the feed: a state seen, or the volume
+// gone.
+func (v *Volumes) Apply(c ports.StateChange) {
+	if c.Gone {
+		v.Gone(c.Volume)
+		return
+	}
+	v.Saw(c.State)
 }
 
 // Gone forgets a volume.

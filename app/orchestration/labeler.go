@@ -94,3 +94,12 @@ func (l *Labeler) Changed(st replica.State) bool {
 	defer l.mu.Unlock()
 	return placement.Usable(st, l.node) != l.placed[st.Volume]
 }
+
+// ChangedBy is Changed for a change sent by the feed: a volume gone is
+// usable nowhere.
+func (l *Labeler) ChangedBy(c ports.StateChange) bool {
+	if c.Gone {
+		return l.Changed(replica.State{Volume: c.Volume})
+	}
+	return l.Changed(c.State)
+}

@@ -109,3 +109,32 @@ func TestTheLabelerSaysWhenAStateChangesWhereTheVolumeIsUsable(t *testing.T) {
 		t.Fatal("a volume without a copy on b was taken for a change")
 	}
 }
+
+// ChangedBy: a volume gone from the feed is usable nowhere, a change
+// only where the last placement had it usable here.
+func TestTheLabelerTakesAVolumeGoneForAChangeWhereItWasPlaced(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	placer := mocks.NewMockNodePlacement(ctrl)
+	states := fakecluster.New()
+	active := replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 1, SnapshotEpoch: 1, Ready: true, Active: true}, {Node: "b", Snapshot: 1, SnapshotEpoch: 1, Ready: true}}}
+	if _, err := states.Create(context.Background(), active); err != nil {
+		t.Fatal(err)
+	}
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil)
+	placer.EXPECT().Place(gomock.Any(), replica.Node("a"), []volume.ID{"v"}, []volume.ID(nil)).Return(nil)
+	l := orchestration.NewLabeler("a", store, states, placer, zap.NewNop())
+	if _, err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l.ChangedBy(ports.StateChange{Volume: "v", State: active}) {
+		t.Fatal("the state placed was taken for a change")
+	}
+	if !l.ChangedBy(ports.StateChange{Volume: "v", Gone: true}) {
+		t.Fatal("the volume placed here, gone, was not taken for a change")
+	}
+	if l.ChangedBy(ports.StateChange{Volume: "w", Gone: true}) {
+		t.Fatal("a volume never placed here, gone, was taken for a change")
+	}
+}

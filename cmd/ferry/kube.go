@@ -113,17 +113,22 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 			}()
 			go func() {
 				defer func() { done <- struct{}{} }()
-				// A volume becoming usable here or not (a release, a
-				// promotion, a replica turning ready) places the node at
-				// once: a pod moving here waits for the label.
+				// The feed keeps the Guard's view (every change, none
+				// dropped; a slow reader gets each volume's newest). The
+				// view is updated first, and nothing here waits: the
+				// labeler's work runs in this goroutine's loop below,
+				// woken by a coalesced kick. A volume becoming usable here
+				// or not (a release, a promotion, a replica turning ready)
+				// places the node at once: a pod moving here waits for the
+				// label.
 				kick := make(chan struct{}, 1)
 				if feed, err := states.Feed(ctx); err != nil {
 					log.Warn("placement labels follow the volumes' states only every --placement-period", zap.Error(err))
 				} else {
 					go func() {
-						for st := range feed {
-							vols.Saw(st)
-							if labeler.Changed(st) {
+						for c := range feed {
+							vols.Apply(c)
+							if labeler.ChangedBy(c) {
 								select {
 								case kick <- struct{}{}:
 								default:

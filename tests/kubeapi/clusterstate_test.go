@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/tests/contract"
 	"github.com/ferry-csi/ferry/tests/kubeapi"
@@ -280,7 +281,7 @@ func TestReplicatedVolumesHonourTheStateWatcherContract(t *testing.T) {
 }
 
 // The daemon's feed sends each ReplicatedVolume's state as it changes,
-// the volume being deleted marked as such.
+// the volume being deleted marked as such, and Gone once it is removed.
 func TestTheFeedSendsEveryVolumesStateAsItChanges(t *testing.T) {
 	cfg := start(t)
 	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
@@ -306,24 +307,111 @@ func TestTheFeedSendsEveryVolumesStateAsItChanges(t *testing.T) {
 	if err := s.Delete(ctx, "pvc-feed"); err != nil {
 		t.Fatal(err)
 	}
+	// The last replica leaves: the finalizer goes, and the object.
+	if _, err := s.Update(ctx, "pvc-feed", func(st *replica.State) error {
+		st.Replicas = nil
+		return nil
+	}); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		t.Fatal(err)
+	}
 	deadline := time.After(30 * time.Second)
-	sawInactive, sawDeleting := false, false
-	for !sawInactive || !sawDeleting {
+	sawInactive, sawDeleting, sawGone := false, false, false
+	for !sawInactive || !sawDeleting || !sawGone {
 		select {
-		case st := <-feed:
-			if st.Volume != "pvc-feed" {
+		case c := <-feed:
+			if c.Volume != "pvc-feed" {
 				continue
 			}
-			if r, ok := st.Replica("a"); ok && !r.Active {
+			if r, ok := c.State.Replica("a"); ok && !r.Active {
 				sawInactive = true
 			}
-			sawDeleting = sawDeleting || st.Deleting
+			sawDeleting = sawDeleting || c.State.Deleting
+			sawGone = sawGone || c.Gone
 		case <-deadline:
-			t.Fatalf("the feed did not send the changes: inactive %v, deleting %v", sawInactive, sawDeleting)
+			t.Fatalf("the feed did not send the changes: inactive %v, deleting %v, gone %v", sawInactive, sawDeleting, sawGone)
 		}
 	}
 	cancel()
 	for range feed {
 		// drained: the feed closes with its context
+	}
+}
+
+// A reader that lags behind many more changes than any buffer holds
+// still gets every volume's newest state, and every deletion, well within
+// a lease period once it reads again (the feed drops nothing; before
+// issue 21 it dropped states and made up for them every 30 s).
+func TestTheFeedLosesNoVolumesNewestStateWhileItsReaderLags(t *testing.T) {
+	cfg := start(t)
+	dyn := dynamic.NewForConfigOrDie(asNode(cfg))
+	deleteAll(t, dyn)
+	s := rvstate.New(dyn, nil)
+	fctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	feed, err := s.Feed(fctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const volumes, updates = 40, 8 // 400 changes, the reader away
+	id := func(i int) volume.ID { return volume.ID(fmt.Sprintf("pvc-lag-%02d", i)) }
+	for i := range volumes {
+		if _, err := s.Create(ctx, replica.State{Volume: id(i), ReplicationFactor: 2, Epoch: 1, Primary: "a",
+			Replicas: []replica.Replica{{Node: "a", Active: true}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range updates {
+		for i := range volumes {
+			if _, err := s.Update(ctx, id(i), func(st *replica.State) error {
+				st.Replicas[0].Snapshot++
+				st.Replicas[0].SnapshotEpoch = 1
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gone := map[volume.ID]bool{}
+	for i := 0; i < volumes; i += 4 {
+		if err := s.Delete(ctx, id(i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Update(ctx, id(i), func(st *replica.State) error {
+			st.Replicas = nil
+			return nil
+		}); err != nil && !errors.Is(err, ports.ErrNotFound) {
+			t.Fatal(err)
+		}
+		gone[id(i)] = true
+	}
+	view := map[volume.ID]replica.State{}
+	current := func() bool {
+		for i := range volumes {
+			st, ok := view[id(i)]
+			if gone[id(i)] == ok {
+				return false
+			}
+			if r, _ := st.Replica("a"); ok && r.Snapshot != updates {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.After(5 * time.Second)
+	for !current() {
+		select {
+		case c := <-feed:
+			if c.Gone {
+				delete(view, c.Volume)
+			} else {
+				view[c.Volume] = c.State
+			}
+		case <-deadline:
+			t.Fatalf("the reader's view is not current 5 s after it read again: %d volumes of %d, %d deleted", len(view), volumes, len(gone))
+		}
+	}
+	cancel()
+	for range feed {
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +41,7 @@ var (
 	_ ports.ClusterState = (*Store)(nil)
 	_ ports.StateWatcher = (*Store)(nil)
 	_ ports.SpecRecorder = (*Store)(nil)
+	_ ports.StateFeed    = (*Store)(nil)
 )
 
 // New returns a store using client. labels, if any, are added to every
@@ -348,67 +348,4 @@ func apiError(what string, err error) error {
 		}
 		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrUnavailable)
 	}
-}
-
-const feedResync = 30 * time.Second
-
-// Feed sends the state of every ReplicatedVolume as it changes (an
-// informer on all of them): what a node's daemon needs to move its
-// placement labels as soon as a volume becomes usable or not here. It is a
-// hint, not a read for decisions: a state that cannot be decoded is
-// skipped, and when the reader lags, states are dropped (the reader's
-// periodic full sync is the bound on what that costs). The channel closes
-// when ctx ends.
-func (s *Store) Feed(ctx context.Context) (<-chan replica.State, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// Every state is sent again every feedResync: a state dropped while
-	// the reader lagged is not missed for long (the daemon's fence and
-	// placement read their view from this feed).
-	f := dynamicinformer.NewDynamicSharedInformerFactory(s.client, feedResync)
-	inf := f.ForResource(rvapi.GVR).Informer()
-	ch := make(chan replica.State, 256)
-	var mu sync.Mutex
-	closed := false
-	send := func(obj any) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return
-		}
-		rv, err := decode(u)
-		if err != nil {
-			return
-		}
-		st, err := rvapi.ToState(rv)
-		if err != nil {
-			return
-		}
-		st.Deleting = rv.DeletionTimestamp != nil && rv.Annotations[rvapi.DeleteIntent] == "true"
-		mu.Lock()
-		defer mu.Unlock()
-		if closed {
-			return
-		}
-		select {
-		case ch <- st:
-		default: // the reader lags: its periodic sync catches up
-		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    send,
-		UpdateFunc: func(_, obj any) { send(obj) },
-	}); err != nil {
-		return nil, fmt.Errorf("feed of the volumes' states: %w", err)
-	}
-	f.Start(ctx.Done())
-	go func() {
-		<-ctx.Done()
-		f.Shutdown()
-		mu.Lock()
-		closed = true
-		close(ch)
-		mu.Unlock()
-	}()
-	return ch, nil
 }
