@@ -128,6 +128,9 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 					go func() {
 						for c := range feed {
 							vols.Apply(c)
+							if c.Gone && takers != nil {
+								takers.Forget(c.Volume) // deleted: no term of it here
+							}
 							if labeler.ChangedBy(c) {
 								select {
 								case kick <- struct{}{}:
