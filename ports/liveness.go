@@ -54,6 +54,14 @@ type FailoverEffects interface {
 	OutOfService(ctx context.Context) ([]replica.Node, error)
 }
 
+// NodeFencer fences a lost node from outside before any of its volumes
+// is taken over (a power switch, a remediation operator, a command an
+// administrator configures). nil only once the node can no longer write:
+// powered off, cut from its disks, or known to be down.
+type NodeFencer interface {
+	FenceNode(ctx context.Context, node replica.Node) error
+}
+
 // PromiseAsker asks another node, over the peer channel, not to take this
 // node's volumes over for a while: what lets a primary write on through an
 // API server outage (domain/liveness).

@@ -31,6 +31,11 @@ type Config struct {
 	// fenced branch may keep it; fields left zero take
 	// liveness.DefaultTaintRule(Lease).
 	Taint liveness.TaintRule
+	// FenceNode, when set, fences a lost node from outside before any of
+	// its volumes is taken over (once per loss): a node paused past its
+	// lease, then resumed, cannot write once more after the takeover. A
+	// failure holds the takeover back (retried every period).
+	FenceNode ports.NodeFencer
 }
 
 // Clock is a monotonic clock: the time since some fixed instant of this

@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,5 +61,60 @@ func TestANodeDeclaredOutOfServiceIsTakenOverAtOnce(t *testing.T) {
 	}
 	if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" || st.Epoch != 4 {
 		t.Fatalf("a node declared out of service was not taken over at once: %+v", st)
+	}
+}
+
+type nodeFencerFunc func(context.Context, replica.Node) error
+
+func (f nodeFencerFunc) FenceNode(ctx context.Context, n replica.Node) error { return f(ctx, n) }
+
+// Issue 21.10: where a node fence is configured, a lost node is fenced
+// from outside before its volume is taken over; a fence that fails holds
+// the takeover back (retried), and one that succeeds is not repeated.
+func TestAConfiguredNodeFenceRunsBeforeTheTakeoverAndHoldsItBackWhenItFails(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1"}}}
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	var fenced []replica.Node
+	failing := true
+	fence := nodeFencerFunc(func(_ context.Context, n replica.Node) error {
+		fenced = append(fenced, n)
+		if failing {
+			return errors.New("no power switch answers")
+		}
+		return nil
+	})
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1, FenceNode: fence}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	step := func(at time.Duration) {
+		clock.set(at)
+		leases.renew("b", at.String())
+		_ = b.Step(ctx)
+	}
+	for at := time.Duration(0); at <= 6*time.Second; at += 500 * time.Millisecond {
+		step(at)
+	}
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" || len(fenced) == 0 {
+		t.Fatalf("taken over without the node fence, or it never ran (%v): %+v", fenced, st)
+	}
+	failing = false
+	gomock.InOrder(
+		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
+		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
+	)
+	runs := len(fenced)
+	step(6500 * time.Millisecond)
+	step(7 * time.Second)
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" || len(fenced) != runs+1 {
+		t.Fatalf("after a fence that worked: fenced %v, state %+v", fenced, st)
 	}
 }

@@ -39,6 +39,8 @@ type Survivor struct {
 	pending map[owed]owedEffects  // effects on a lost node not all done
 	handled map[owed]bool         // effects done since the node was lost
 	lost    map[replica.Node]bool // last logged
+	// nodeFenced are the lost nodes fenced from outside since their loss.
+	nodeFenced map[replica.Node]bool
 	taint   *liveness.TaintWatch
 	kept    string // the last reason the own taint stayed, as logged
 }
@@ -68,7 +70,7 @@ const (
 // NewSurvivor returns the survivor of cfg.Node.
 func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
 	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
-		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]owedEffects{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{},
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]owedEffects{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{}, nodeFenced: map[replica.Node]bool{},
 		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
 }
 
@@ -141,6 +143,10 @@ func (s *Survivor) Step(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		for _, t := range liveness.Takeovers(states, lost, s.cfg.Node, s.cfg.Lag) {
+			if err := s.fenceNode(ctx, t); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			errs = append(errs, s.takeOver(ctx, t))
 		}
 		// What the state says is owed, whoever took over and whenever
@@ -183,6 +189,7 @@ func (s *Survivor) logLost(lost []replica.Node) {
 					delete(s.handled, o) // a later loss is handled again
 				}
 			}
+			delete(s.nodeFenced, n) // and fenced again
 		}
 	}
 	s.lost = now
@@ -209,6 +216,38 @@ func (s *Survivor) localStates(ctx context.Context) ([]replica.State, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// fenceNode fences t's lost node from outside before its volume is taken
+// over from an active primary, once per loss, where a node fencer is
+// configured (Config.FenceNode); a released volume has no writer to fence.
+func (s *Survivor) fenceNode(ctx context.Context, t liveness.Takeover) error {
+	if s.cfg.FenceNode == nil || t.Released {
+		return nil
+	}
+	s.mu.Lock()
+	done := s.nodeFenced[t.Lost]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, nodeFenceTimeout)
+	defer cancel()
+	if err := s.cfg.FenceNode.FenceNode(fctx, t.Lost); err != nil {
+		s.events.Record(ctx, t.Volume.Volume, ports.Event{Type: ports.EventWarning, Reason: "NodeFenceFailed",
+			Message: fmt.Sprintf("node %s, lost, could not be fenced before the takeover of its volumes (retried): %v", t.Lost, err)})
+		return fmt.Errorf("fence lost node %s before the takeover of %s: %w", t.Lost, t.Volume.Volume, err)
+	}
+	s.mu.Lock()
+	s.nodeFenced[t.Lost] = true
+	s.mu.Unlock()
+	s.log.Warn("lost node fenced before the takeover", zap.String("node", string(t.Lost)))
+	s.events.Record(ctx, t.Volume.Volume, ports.Event{Type: ports.EventWarning, Reason: "NodeFenced",
+		Message: fmt.Sprintf("node %s, lost, was fenced before its volumes were taken over", t.Lost)})
+	return nil
+}
+
+// nodeFenceTimeout bounds one attempt of the configured node fence.
+const nodeFenceTimeout = 60 * time.Second
 
 func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 	id := t.Volume.Volume

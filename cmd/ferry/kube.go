@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
+	"github.com/ferry-csi/ferry/adapters/nodefence"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
@@ -58,6 +59,9 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 	// address) and fences the primaries here when it cannot; the Survivor
 	// takes lost nodes' volumes over.
 	fcfg := failover.Config{Node: node, Lease: o.leaseConfig(), Lag: o.AllowedLag}
+	if o.FenceNodeCommand != "" {
+		fcfg.FenceNode = nodefence.Command{Path: o.FenceNodeCommand}
+	}
 	clock := failover.MonotonicClock()
 	vols := failover.NewVolumes()
 	var guard *failover.Guard

@@ -59,6 +59,7 @@ type Options struct {
 	LeaseRenew       time.Duration // daemon: the node lease's renewal period
 	LeaseDuration    time.Duration
 	LeaseMargin      time.Duration
+	FenceNodeCommand string
 	Tick             time.Duration
 	Resync           time.Duration
 	Watch            bool
@@ -113,6 +114,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.LeaseRenew, "lease-renew", time.Second, "with --peer-advertise: how often the daemon renews its node's Lease (liveness, per node)")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 5*time.Second, "with --peer-advertise: how long a node's Lease lasts: a node that cannot renew fences its primaries at duration - margin after its last accepted renewal was sent, and the other nodes take its volumes over once its Lease has not changed for duration + margin")
 	fs.DurationVar(&o.LeaseMargin, "lease-margin", 500*time.Millisecond, "with --peer-advertise: what absorbs request delays and clock-rate drift between the fence and a takeover (they are 2 margins apart)")
+	fs.StringVar(&o.FenceNodeCommand, "fence-node-command", "", "with --peer-advertise: a program run with a lost node's name as its only argument before any of that node's volumes is taken over from it (a power switch, a fence agent, a remediation operator's request); exit status 0: the node can no longer write; anything else holds the takeover back, retried; empty: takeovers follow the lease alone")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "with --peer-advertise: snapshots a copy may be behind the newest and still take a lost primary's volume over (the volume managers' --allowed-lag)")
 	fs.DurationVar(&o.HandoverWait, "handover-wait", app.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
 	return o
@@ -158,6 +160,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.Resync, "resync", app.DefaultResync, "how often an idle replica re-reads its state and pool although no change was notified")
 	fs.BoolVar(&o.Watch, "watch", true, "with --cluster-state kubernetes, wait for changes of the ReplicatedVolume while idle; false: re-read it every tick")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
+	fs.StringVar(&o.FenceNodeCommand, "fence-node-command", "", "with --peer-advertise: a program run with a lost node's name as its only argument before any of that node's volumes is taken over from it (a power switch, a fence agent, a remediation operator's request); exit status 0: the node can no longer write; anything else holds the takeover back, retried; empty: takeovers follow the lease alone")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "snapshots a replica may be behind the newest and still be ready")
 	fs.IntVar(&o.Keep, "keep", 3, "newest replication snapshots each replica keeps (plus every replica's base)")
 	fs.Var(&o.MaxTransferRate, "max-transfer-rate", "limit of each transfer this replica receives, in `bytes` per second: a number, or with a suffix k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 50M or 64Mi; at least 64Ki; 0: unlimited")
