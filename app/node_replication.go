@@ -123,6 +123,11 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		}
 	}
 	if err := n.remountIfNeeded(ctx, id, log); err != nil {
+		if errors.Is(err, ports.ErrNotPrimary) {
+			if rerr := n.rejoin(ctx, id); rerr != nil {
+				log.Warn("the replica pod did not rejoin the workload after a publish a takeover overtook", zap.Error(rerr))
+			}
+		}
 		return err
 	}
 	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
@@ -222,6 +227,10 @@ func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logge
 	term := volume.Term{Remounted: info.Metadata[ports.MetaRemountedEpoch]}
 	if r, ok := st.Replica(n.cfg.Node); ok && r.Active && st.Primary == n.cfg.Node {
 		term.Active, term.Epoch = true, uint64(st.Epoch)
+	} else {
+		// The replica became the primary, and the newest state says it no
+		// longer is (a takeover overtook the publish): never read/write.
+		return fmt.Errorf("the replica of volume %s on %s is no longer the active primary (epoch %d, primary %q): %w", id, n.cfg.Node, st.Epoch, st.Primary, ports.ErrNotPrimary)
 	}
 	verdict := volume.NeedsRemount(term)
 	if !verdict.Needed() {
