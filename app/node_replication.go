@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -35,11 +36,12 @@ type NodeReplication struct {
 	Wait time.Duration
 }
 
-// TakerAcknowledger acknowledges the copies that may take volume id over
-// from its active primary here (replica.Acknowledge), recording them where
-// this node's fence reads them first.
+// TakerAcknowledger claims volume id for a pod here, its active primary
+// being this node's: the copies that may take it over acknowledged
+// (replica.Acknowledge, recorded first where this node's fence reads
+// them) and the term resumed (replica.Resume), in one compare-and-swap.
 type TakerAcknowledger interface {
-	Acknowledge(ctx context.Context, id volume.ID) error
+	Claim(ctx context.Context, id volume.ID) error
 }
 
 // DefaultHandoverWait is NodeReplication.Wait's default.
@@ -113,13 +115,20 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PublishWaiting", Message: err.Error()})
 		return err
 	}
-	// The copies that may take over are acknowledged before the pod
-	// writes: until then none may (the volume would wait for this node
-	// after its loss). A failure is retried by the guard every lease
-	// period; the pod is not held back for it.
+	// One compare-and-swap before the pod writes: the copies that may
+	// take over acknowledged (until then none may: the volume would wait
+	// for this node after its loss), and this term resumed (a takeover
+	// decided on a lease verdict from before is refused). Without it the
+	// pod does not mount: the kubelet retries; taken over meanwhile, the
+	// pod rejoins and the publish answers as a node that is not primary.
 	if n.repl.Takers != nil {
-		if err := n.repl.Takers.Acknowledge(ctx, id); err != nil {
-			log.Warn("takers not acknowledged yet: until they are, a loss of this node waits for it", zap.Error(err))
+		if err := n.repl.Takers.Claim(ctx, id); errors.Is(err, replica.ErrFenced) {
+			if rerr := n.rejoin(ctx, id); rerr != nil {
+				log.Warn("the replica pod did not rejoin the workload after a publish a takeover overtook", zap.Error(rerr))
+			}
+			return fmt.Errorf("%v: %w", err, ports.ErrNotPrimary)
+		} else if err != nil {
+			return fmt.Errorf("the replica here is the primary, but the publish could not be recorded: %v: %w", err, ErrPending)
 		}
 	}
 	if err := n.remountIfNeeded(ctx, id, log); err != nil {

@@ -17,9 +17,12 @@ import (
 // and its remount check.
 type takeoverAfterAck struct{ w *remountWorld }
 
-func (a takeoverAfterAck) Acknowledge(ctx context.Context, id volume.ID) error {
+func (a takeoverAfterAck) Claim(ctx context.Context, id volume.ID) error {
 	if _, err := a.w.states.Update(ctx, id, func(s *replica.State) error {
-		return replica.Acknowledge(s, cfg.Node, s.Epoch, replica.Candidates(*s, cfg.Node))
+		if err := replica.Acknowledge(s, cfg.Node, s.Epoch, replica.Candidates(*s, cfg.Node)); err != nil {
+			return err
+		}
+		return replica.Resume(s, cfg.Node, s.Epoch)
 	}); err != nil {
 		return err
 	}

@@ -61,6 +61,9 @@ func TestTheGuardFencesAPrimaryOnlyOnceTheLeaseRanOutAndOnlyWhereAnotherNodeCoul
 	vols.Saw(primaryState("elsewhere", "b", "a"))
 	// Every local copy is known to the view: no fence of an unknown one.
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}, {ID: "single"}, {ID: "elsewhere"}}, nil).AnyTimes()
+	// b's volume, with no pod here: looked at once, nothing mounted.
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("elsewhere")).Return(ports.VolumeInfo{ID: "elsewhere", MountPath: "/p/elsewhere", MountSource: "pool/elsewhere"}, nil)
+	mounts.EXPECT().MountsOf("pool/elsewhere").Return([]string{"/p/elsewhere"}, nil)
 	eff := newEffects(ctrl)
 	ctx := context.Background()
 	cluster := fakecluster.New()
@@ -170,8 +173,8 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 	for _, e := range []*mocks.MockFailoverEffects{effB, effC} {
 		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	}
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, local(), effB, nopEvents{}, zap.NewNop())
-	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, local(), effC, nopEvents{}, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effB, nopEvents{}, zap.NewNop())
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effC, nopEvents{}, zap.NewNop())
 	step := func(at time.Duration) {
 		clock.set(at)
 		leases.renew("b", at.String())
@@ -218,7 +221,7 @@ func TestASurvivorThatCouldNotReadTakesNobodyForLostUntilAFullDurationAfter(t *t
 	store := mocks.NewMockSnapshotStore(ctrl)
 	eff := newEffects(ctrl)
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	_ = b.Step(ctx)
 	leases.err = errors.New("apiserver away")
 	clock.set(60 * time.Second)
@@ -314,7 +317,7 @@ func TestASurvivorRestartedAfterItsTakeoverStillCarriesOutTheEffects(t *testing.
 		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
 		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 	)
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	for at := time.Duration(0); at <= 8*time.Second; at += 500 * time.Millisecond {
 		clock.set(at)
 		if err := b.Step(ctx); err != nil {
@@ -419,8 +422,8 @@ func TestASurvivorTakesOverAReleasedVolumeWhoseFinalSnapshotOnlyTheLostNodeHolds
 		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	}
 	events := &recordedEvents{}
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, effB, events, zap.NewNop())
-	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, effC, events, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, effB, events, zap.NewNop())
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, effC, events, zap.NewNop())
 	step := func(at time.Duration) {
 		clock.set(at)
 		leases.renew("b", at.String())
@@ -486,7 +489,7 @@ func TestTheTaintIsLiftedOverACopyThatCannotResyncYet(t *testing.T) {
 		}
 	}
 	clock := &fakeClock{}
-	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	renewing(a, clock, "2")
 	// b snapshots in epoch 4 (published, say): a can resync, and must
 	// before the taint goes.
@@ -496,6 +499,6 @@ func TestTheTaintIsLiftedOverACopyThatCannotResyncYet(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock2 := &fakeClock{}
-	a2 := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock2.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	a2 := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock2.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	renewing(a2, clock2, "3") // the mock refuses a second lift
 }

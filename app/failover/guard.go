@@ -44,6 +44,7 @@ type Guard struct {
 	fenced     map[volume.ID]string
 	giveBack   map[volume.ID]string // fenced, may write again: its pods still to restart
 	mine       map[volume.ID]bool   // active primary here at the last check
+	looked     map[volume.ID]bool   // looked at by checkTakenOver since this process started
 }
 
 // NewGuard returns the guard of cfg.Node.
@@ -59,7 +60,7 @@ type Guard struct {
 // published anew.
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
-		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, giveBack: map[volume.ID]string{}, mine: map[volume.ID]bool{}}
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, giveBack: map[volume.ID]string{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{}}
 }
 
 // AskPromises lets the guard ask, when a renewal fails, every node that
@@ -294,9 +295,22 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 	g.mu.Unlock()
 	next := g.cfg.Lease.Renew
 	for id, why := range todo {
-		// Only while this node is still the volume's active primary: a
-		// takeover (seen late) evicts the pods itself, elsewhere.
-		mine, err := g.takers.Primary(ctx, id)
+		// Only while this node is still the volume's active primary, and
+		// recorded as resuming: a takeover (seen late) evicts the pods
+		// itself, elsewhere. A copy
+		// fenced unknown may have been a secondary's, its pods read-only:
+		// they go back whoever the primary is. A volume gone has nothing
+		// to give back.
+		// Resumed by compare-and-swap first: a takeover decided on the
+		// lease verdict this node outlived is then refused.
+		mine, err := g.takers.Resume(ctx, id)
+		if errors.Is(err, ports.ErrNotFound) {
+			mine, err = false, nil
+			why = ""
+		}
+		if why == reasonUnknown && err == nil {
+			mine = true
+		}
 		if err == nil && !mine {
 			g.mu.Lock()
 			delete(g.giveBack, id)
@@ -341,8 +355,22 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 			continue
 		}
 		was := g.mine[st.Volume]
+		first := !g.looked[st.Volume]
+		g.looked[st.Volume] = true
 		g.mu.Unlock()
 		if !was {
+			if first && listed {
+				// This process never saw the volume active here, but a
+				// previous one may have (it was down while a survivor
+				// took over): a pod here still mounting the copy
+				// read/write writes next to the new primary's.
+				if err := g.checkTakenOverUnseen(ctx, st); err != nil {
+					g.mu.Lock()
+					delete(g.looked, st.Volume) // look again
+					g.mu.Unlock()
+					next = min(next, 100*time.Millisecond)
+				}
+			}
 			continue
 		}
 		other, ok := st.Replica(st.Primary)
@@ -366,6 +394,34 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 		g.mu.Unlock()
 	}
 	return next
+}
+
+// checkTakenOverUnseen fences a volume whose view shows another node the
+// active primary, once this process looks at it first, when pods here
+// mount the copy read/write and a fresh read confirms this node is not
+// the primary (a view lagging behind this node's own promotion is not
+// fenced).
+func (g *Guard) checkTakenOverUnseen(ctx context.Context, st replica.State) error {
+	other, ok := st.Replica(st.Primary)
+	if !ok || !other.Active || st.Primary == g.cfg.Node {
+		return nil
+	}
+	rw, err := g.readWriteTargets(ctx, st.Volume)
+	if errors.Is(err, ports.ErrNotFound) || (err == nil && !rw) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mine, err := g.takers.Primary(ctx, st.Volume)
+	if err != nil || mine {
+		return err
+	}
+	err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here, which this daemon did not see start, mount the copy read/write", st.Primary, st.Epoch))
+	if errors.Is(err, ports.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // readWriteTargets reports whether the volume's filesystem is mounted

@@ -34,7 +34,7 @@ func TestANodeDeclaredOutOfServiceIsTakenOverAtOnce(t *testing.T) {
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	off := []replica.Node(nil)
 	eff.EXPECT().OutOfService(gomock.Any()).DoAndReturn(func(context.Context) ([]replica.Node, error) { return off, nil }).AnyTimes()
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	if err := b.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestAConfiguredNodeFenceRunsBeforeTheTakeoverAndHoldsItBackWhenItFails(t *t
 		}
 		return nil
 	})
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1, FenceNode: fence}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1, FenceNode: fence}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	step := func(at time.Duration) {
 		clock.set(at)
 		leases.renew("b", at.String())

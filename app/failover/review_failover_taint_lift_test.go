@@ -44,7 +44,7 @@ func TestReviewFailoverTheOwnTaintStaysWhileTheCopyHereHoldsWhatThePrimaryLacks(
 	// No Taint(a, false): gomock fails the test on one.
 	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1"}}}
 	clock := &fakeClock{}
-	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	a := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	// a renews its lease (the taint is only checked then) for 20 s, and b.
 	for at := time.Duration(0); at <= 20*time.Second; at += time.Second {
 		clock.set(at)

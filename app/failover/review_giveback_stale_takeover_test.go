@@ -91,7 +91,7 @@ func TestReviewAGiveBackAfterARenewalRacesATakeoverDecidedOnTheOldLease(t *testi
 	bEff.EXPECT().Unplace(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	bEff.EXPECT().Taint(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	bEff.EXPECT().EvictPods(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).AnyTimes()
-	s := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, bClock.read, leases, cluster, bStore, bEff, nopEvents{}, zap.NewNop())
+	s := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, bClock.read, leases, cluster, nil, bStore, bEff, nopEvents{}, zap.NewNop())
 
 	// a renews at 0 (value "1"), then its renewals fail.
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)

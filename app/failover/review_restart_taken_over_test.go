@@ -7,6 +7,8 @@ import (
 	"go.uber.org/mock/gomock"
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -52,8 +54,12 @@ func TestReviewARestartedDaemonFencesAPodStillWritingAVolumeTakenOverWhileItWasD
 	}
 	vols := NewVolumes()
 	vols.Saw(st)
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
 	ctx := context.Background()
+	cluster := fakecluster.New()
+	if _, err := cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
 	_ = g.RenewOnce(ctx) // the node renews again
 	for range 3 {
 		g.Check(ctx)

@@ -41,6 +41,7 @@ func TestReviewAReadOnlyPodFencedAsUnknownIsGivenBackToo(t *testing.T) {
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(rep, nil).AnyTimes()
 	mounts := mocks.NewMockMountTable(ctrl)
 	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/k/pods/ro/mount"}, nil).AnyTimes()
+	mounts.EXPECT().MountAt("/k/pods/ro/mount").Return(ports.Mount{Source: "pool/rep", ReadOnly: true}, true, nil).AnyTimes()
 	fencer := mocks.NewMockFencer(ctrl)
 	fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
 	eff := newEffects(ctrl)

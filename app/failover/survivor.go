@@ -28,6 +28,7 @@ type Survivor struct {
 	clock   Clock
 	leases  ports.NodeLeases
 	cluster ports.ClusterState
+	view    *Volumes
 	store   ports.SnapshotStore
 	effects ports.FailoverEffects
 	events  ports.EventRecorder
@@ -68,8 +69,16 @@ const (
 )
 
 // NewSurvivor returns the survivor of cfg.Node.
-func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
-	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, store: store, effects: effects, events: events, log: log,
+//
+// view is the daemon's view of every volume (nil: none): the primaries'
+// resume counters are read from it before each read of the leases, so
+// that a takeover decided on a lease verdict is refused when the lost
+// primary resumed since (liveness.ResumedSince).
+func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, view *Volumes, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
+	if view == nil {
+		view = NewVolumes()
+	}
+	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, view: view, store: store, effects: effects, events: events, log: log,
 		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]owedEffects{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{}, nodeFenced: map[replica.Node]bool{},
 		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
 }
@@ -112,6 +121,12 @@ func (s *Survivor) PeerAddress(node replica.Node) (string, bool) {
 // the effects still owed, and checks this node's own fenced taint when
 // due (liveness.TaintWatch), lifting it as liveness.LiftTaint says.
 func (s *Survivor) Step(ctx context.Context) error {
+	// The states as known before this read of the leases: a primary
+	// resumed after them (replica.Resume) outlived the verdict below.
+	before := map[volume.ID]replica.State{}
+	for _, st := range s.view.All() {
+		before[st.Volume] = st
+	}
 	recs, err := s.leases.Leases(ctx)
 	var off []replica.Node
 	if err == nil {
@@ -147,7 +162,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 				errs = append(errs, err)
 				continue
 			}
-			errs = append(errs, s.takeOver(ctx, t))
+			errs = append(errs, s.takeOver(ctx, t, before[t.Volume.Volume]))
 		}
 		// What the state says is owed, whoever took over and whenever
 		// (this daemon may have restarted between its compare-and-swap
@@ -249,10 +264,13 @@ func (s *Survivor) fenceNode(ctx context.Context, t liveness.Takeover) error {
 // nodeFenceTimeout bounds one attempt of the configured node fence.
 const nodeFenceTimeout = 60 * time.Second
 
-func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
+func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before replica.State) error {
 	id := t.Volume.Volume
 	var final, from replica.Snap
 	st, err := s.cluster.Update(ctx, id, func(st *replica.State) error {
+		if liveness.ResumedSince(before, *st, t.Lost) {
+			return fmt.Errorf("takeover from %s: it resumed writing after the lease verdict (its pods given back or published anew): %w", t.Lost, replica.ErrStaleView)
+		}
 		if !t.Released {
 			return replica.Takeover(st, s.cfg.Node, t.Lost, s.cfg.Lag)
 		}
@@ -263,7 +281,7 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover) error {
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, replica.ErrFenced) || errors.Is(err, replica.ErrBehind) {
+		if errors.Is(err, replica.ErrFenced) || errors.Is(err, replica.ErrBehind) || errors.Is(err, replica.ErrNotTaker) || errors.Is(err, replica.ErrStaleView) {
 			// Another survivor won, or the fresh state says this node may
 			// not: the compare-and-swap is the arbiter.
 			s.log.Info("takeover not made", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Bool("released", t.Released), zap.Error(err))

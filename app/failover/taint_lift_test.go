@@ -85,7 +85,7 @@ func newReturned(t *testing.T, rule liveness.TaintRule, states ...replica.State)
 		defer r.mu.Unlock()
 		return r.tainted, nil
 	}).AnyTimes()
-	r.a = NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1, Taint: rule}, r.clock.read, r.leases, r.cluster, store, r.eff, r.events, zap.NewNop())
+	r.a = NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1, Taint: rule}, r.clock.read, r.leases, r.cluster, nil, store, r.eff, r.events, zap.NewNop())
 	return r
 }
 

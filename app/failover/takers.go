@@ -66,6 +66,53 @@ func (t *Takers) Acknowledge(ctx context.Context, id volume.ID) error {
 	return nil
 }
 
+// Resume records, by compare-and-swap, that this node's primary of
+// volume id resumes writing (replica.Resume) before any pod writes again:
+// a takeover decided on a lease verdict this node has since outlived is
+// then refused. False (no error) when this node is no longer the active
+// primary: it was taken over and must not write.
+func (t *Takers) Resume(ctx context.Context, id volume.ID) (bool, error) {
+	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
+		return replica.Resume(s, t.node, s.Epoch)
+	})
+	if errors.Is(err, replica.ErrFenced) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	t.Learn(st)
+	return true, nil
+}
+
+// Claim is what a read/write publish here does before the pod mounts:
+// in one compare-and-swap, acknowledge the copies that may take the
+// volume over (as Acknowledge) and resume (as Resume).
+func (t *Takers) Claim(ctx context.Context, id volume.ID) error {
+	var acked []replica.Node
+	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
+		acked = replica.Candidates(*s, t.node)
+		if len(acked) > 0 {
+			t.mu.Lock()
+			t.ledger.Intend(s.Volume, s.Epoch, acked) // before the write: see liveness.Ledger
+			t.mu.Unlock()
+			if err := replica.Acknowledge(s, t.node, s.Epoch, acked); err != nil {
+				return err
+			}
+		}
+		return replica.Resume(s, t.node, s.Epoch)
+	})
+	if err != nil {
+		return fmt.Errorf("claim %s for a pod here: %w", id, err)
+	}
+	t.Learn(st)
+	if len(acked) > 0 {
+		t.log.Info("takers acknowledged: only these may take the volume over from this node", zap.String("volume", string(id)),
+			zap.Uint64("epoch", uint64(st.Epoch)), zap.Any("takers", acked))
+	}
+	return nil
+}
+
 // Primary reads volume id's newest state (folded into the ledger) and
 // reports whether this node is its active primary.
 func (t *Takers) Primary(ctx context.Context, id volume.ID) (bool, error) {

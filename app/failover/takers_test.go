@@ -74,6 +74,12 @@ func TestTheGuardFencesAPrimaryItsViewNeverShowedOnceItAcknowledgedATaker(t *tes
 	if !slices.Equal(asked, []replica.Node{"b"}) {
 		t.Fatalf("asked %v for promises, want [b]: the taker it acknowledged, though its view shows b the primary", asked)
 	}
+	// The guard's first look at the volume: its view shows b the active
+	// primary while a pod here mounts the copy read/write, but a fresh
+	// read shows this node the primary (the view lags): no fence.
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{ID: "v", MountPath: "/p/v", MountSource: "pool/v"}, nil)
+	mounts.EXPECT().MountsOf("pool/v").Return([]string{"/p/v", "/k/pods/x/mount"}, nil)
+	mounts.EXPECT().MountAt("/k/pods/x/mount").Return(ports.Mount{Source: "pool/v"}, true, nil)
 	g.Check(ctx) // the lease still runs: no fence (the mocks expect none)
 	clock.set(4500 * time.Millisecond)
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{ID: "v", MountPath: "/p/v", MountSource: "pool/v"}, nil)
@@ -117,7 +123,7 @@ func TestACopyThePrimaryNeverAcknowledgedNeverTakesOver(t *testing.T) {
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
 	eff := newEffects(ctrl)
 	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
-	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, store, eff, nopEvents{}, zap.NewNop())
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	for at := time.Duration(0); at <= 8*time.Second; at += 500 * time.Millisecond {
 		clock.set(at)
 		leases.renew("c", at.String())

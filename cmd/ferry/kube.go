@@ -71,7 +71,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 		pub.Duration = o.LeaseDuration
 		effects := lostnode.New(kube, o.DriverName)
 		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
-		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, store,
+		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
 			effects, events, log.Named("survivor"))
 		relay.set(survivor.Promise)
 		// Promises are asked for at the peer addresses the leases last

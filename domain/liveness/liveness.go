@@ -178,6 +178,18 @@ func cloneState(s replica.State) replica.State {
 	return s
 }
 
+// ResumedSince reports whether lost, the primary a takeover is about to
+// replace, resumed writing (replica.Resume) since before: its counter in
+// now differs from the one in before, a state read before the lease
+// verdict that judged lost (no entry in before counts as 0: any resume
+// ever). The takeover must then be refused: lost renewed after that
+// verdict and its pods may write again.
+func ResumedSince(before, now replica.State, lost replica.Node) bool {
+	b, _ := before.Replica(lost)
+	n, _ := now.Replica(lost)
+	return n.Resumed != b.Resumed
+}
+
 // Observer is what one node has seen of every other node's lease, on its
 // own clock: when it first saw each lease's current value, and the
 // promises it gave. A lease is only ever compared with itself: a value
@@ -257,6 +269,11 @@ func (o *Observer) Blind() { o.blind = true }
 // its own clock.
 func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Duration) {
 	ok, span := o.cfg.MayPromise(now, now)
+	if slices.Contains(o.Lost(now), node) {
+		// Already taken for lost: a takeover may be under way; a promise
+		// now would let the node write next to it.
+		return false, 0
+	}
 	if _, known := o.seen[node]; !ok || !known || node == o.self {
 		// Only a node whose lease this observer has read: a name nobody
 		// holds a lease for gets nothing (and takes no memory here).

@@ -148,3 +148,24 @@ func TestANodeDeclaredOutOfServiceIsLostAtOnceButNeverItself(t *testing.T) {
 		t.Fatalf("lost %v once the declaration is withdrawn", got)
 	}
 }
+
+func TestAResumeSinceTheVerdictAndAPromiseAfterItAreRefused(t *testing.T) {
+	before := replica.State{Volume: "v", Epoch: 2, Primary: "a", Replicas: []replica.Replica{{Node: "a", Active: true, Resumed: 1}}}
+	now := before
+	now.Replicas = []replica.Replica{{Node: "a", Active: true, Resumed: 1}}
+	if ResumedSince(before, now, "a") {
+		t.Fatal("no resume, but one seen")
+	}
+	now.Replicas[0].Resumed = 2
+	if !ResumedSince(before, now, "a") || !ResumedSince(replica.State{}, now, "a") {
+		t.Fatal("a resume since the verdict (or with no earlier state) not seen")
+	}
+	o := NewObserver(cfg, "b")
+	o.Read(0, map[replica.Node]string{"a": "1"})
+	if got := o.Lost(6 * time.Second); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v", got)
+	}
+	if ok, _ := o.Promise("a", 6*time.Second); ok {
+		t.Fatal("promised a node this observer already takes for lost (a takeover may be under way)")
+	}
+}

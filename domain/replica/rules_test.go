@@ -369,3 +369,25 @@ func TestTakeoverReleasedGivesUpTheFinalSnapshotOnlyWhenNobodyElseHoldsIt(t *tes
 		t.Fatalf("a publish on c was refused after the released takeover: %v", err)
 	}
 }
+
+func TestOnlyTheActivePrimaryOfItsEpochResumes(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 2, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, Active: true},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 2, Ready: true, Taker: true},
+	}}
+	if err := Resume(&s, "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := s.Replica("a"); a.Resumed != 1 {
+		t.Fatalf("resumed %d, want 1", a.Resumed)
+	}
+	if err := Resume(&s, "b", 2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a secondary resumed: %v", err)
+	}
+	if err := Takeover(&s, "b", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Resume(&s, "a", 2); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a primary taken over resumed: %v", err)
+	}
+}

@@ -101,6 +101,13 @@ type Replica struct {
 	// epoch (Promote, Takeover) clears every flag: the new primary
 	// acknowledges its own takers.
 	Taker bool
+	// Resumed counts the times this replica, as the active primary,
+	// resumed writing after its node's fence or loss of contact (a pod
+	// given back, or published anew: Resume). A survivor that judged the
+	// node lost takes over only if the counter has not moved since a state
+	// it read before that judgement (liveness.ResumedSince): a primary
+	// that resumed in between wins, and no pod writes on both sides.
+	Resumed uint64
 	// Forked is set (Epoch != 0) on a primary a takeover replaced: its
 	// copy may hold writes the volume gave up (snapshots of its ended
 	// term the successor never received, or writes never snapshotted on

@@ -158,6 +158,21 @@ func Acknowledge(s *State, primary Node, epoch Epoch, takers []Node) error {
 	return nil
 }
 
+// Resume records, by compare-and-swap before any pod writes again, that
+// node, the active primary of epoch, resumes writing after its fence (or
+// publishes a pod anew): a takeover decided before, on a lease verdict
+// this node has since outlived, is then refused (liveness.ResumedSince).
+// Refused (ErrFenced) when node is no longer the active primary of epoch:
+// the term was taken over, and nothing here may write again.
+func Resume(s *State, node Node, epoch Epoch) error {
+	i := s.index(node)
+	if i < 0 || !s.Replicas[i].Active || s.Primary != node || s.Epoch != epoch {
+		return fmt.Errorf("resume as %s of epoch %d: the volume is at epoch %d with primary %q: %w", node, epoch, s.Epoch, s.Primary, ErrFenced)
+	}
+	s.Replicas[i].Resumed++
+	return nil
+}
+
 // Demote ends node's term as the active primary of epoch, recording its
 // final snapshot (taken after the last write, before this call) in the
 // same compare-and-swap: no other replica can be promoted before it holds

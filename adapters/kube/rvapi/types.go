@@ -120,6 +120,9 @@ type ReplicaStatus struct {
 	// Taker: the current primary acknowledged this copy as one that may
 	// take the volume over (replica.Replica.Taker).
 	Taker bool `json:"taker,omitempty"`
+	// Resumed counts the active primary's resumptions after a fence or a
+	// publish (replica.Replica.Resumed).
+	Resumed int64 `json:"resumed,omitempty"`
 	// Forked is set on a primary a takeover replaced (replica.Fork):
 	// until it reports a snapshot of that epoch or later, its copy is on
 	// the branch the volume's history left.
@@ -181,7 +184,7 @@ func FromState(s replica.State) ReplicatedVolume {
 	for _, r := range s.Replicas {
 		rs := ReplicaStatus{
 			Node: string(r.Node), Snapshot: int64(r.Snapshot), SnapshotEpoch: int64(r.SnapshotEpoch),
-			Active: r.Active, Ready: r.Ready, Taker: r.Taker,
+			Active: r.Active, Ready: r.Ready, Taker: r.Taker, Resumed: int64(r.Resumed),
 		}
 		if r.SnapshotGUID != 0 {
 			rs.SnapshotGUID = strconv.FormatUint(r.SnapshotGUID, 10)
@@ -244,6 +247,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 			Active:        r.Active,
 			Ready:         r.Ready,
 			Taker:         r.Taker,
+			Resumed:       num(f+".resumed", r.Resumed),
 		}
 		snap := func(field string, ref SnapshotRef) replica.Snap {
 			return replica.Snap{

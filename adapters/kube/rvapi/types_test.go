@@ -38,7 +38,7 @@ func TestNamesAreValidForEveryVolumeID(t *testing.T) {
 func TestStatusRoundTrips(t *testing.T) {
 	s := replica.State{Volume: "pvc-1", ReplicationFactor: 3, Epoch: 4, Primary: "b", Version: "17", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 9, Epoch: 4, GUID: 1 << 63},
-			Forked: replica.Fork{Epoch: 3, At: replica.Snap{Number: 2, Epoch: 2, GUID: 1<<64 - 2}}, Taker: true},
+			Forked: replica.Fork{Epoch: 3, At: replica.Snap{Number: 2, Epoch: 2, GUID: 1<<64 - 2}}, Taker: true, Resumed: 3},
 		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true},
 		{Node: "c"},
 	}}

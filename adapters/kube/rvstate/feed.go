@@ -65,11 +65,15 @@ type pending struct {
 	// not deleted since, to the volume: what a deletion (whose object may
 	// be a tombstone holding only the name) is translated with.
 	names map[string]volume.ID
-	wake  chan struct{} // one pending signal: changes is not empty
+	// goneFirst are the volumes whose unsent Gone a newer state replaced
+	// (deleted, then created again under the same name): the Gone is
+	// still sent first, so the reader forgets the old volume's term.
+	goneFirst map[volume.ID]bool
+	wake      chan struct{} // one pending signal: changes is not empty
 }
 
 func newPending() *pending {
-	return &pending{changes: map[volume.ID]ports.StateChange{}, names: map[string]volume.ID{}, wake: make(chan struct{}, 1)}
+	return &pending{changes: map[volume.ID]ports.StateChange{}, names: map[string]volume.ID{}, goneFirst: map[volume.ID]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // seen is the informer's add and update: the object's state replaces the
@@ -125,8 +129,11 @@ func (p *pending) deleted(obj any) {
 
 // put records c as its volume's newest unsent change; p.mu is held.
 func (p *pending) put(c ports.StateChange) {
-	if _, ok := p.changes[c.Volume]; !ok {
+	old, ok := p.changes[c.Volume]
+	if !ok {
 		p.order = append(p.order, c.Volume)
+	} else if old.Gone && !c.Gone {
+		p.goneFirst[c.Volume] = true
 	}
 	p.changes[c.Volume] = c
 	select {
@@ -143,6 +150,12 @@ func (p *pending) next() (ports.StateChange, bool) {
 		return ports.StateChange{}, false
 	}
 	id := p.order[0]
+	if p.goneFirst[id] {
+		// The deletion first; the state of the volume created again
+		// stays first in line.
+		delete(p.goneFirst, id)
+		return ports.StateChange{Volume: id, Gone: true}, true
+	}
 	p.order = p.order[1:]
 	if len(p.order) == 0 {
 		p.order = nil // let the array go
