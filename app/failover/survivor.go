@@ -42,8 +42,8 @@ type Survivor struct {
 	lost    map[replica.Node]bool // last logged
 	// nodeFenced are the lost nodes fenced from outside since their loss.
 	nodeFenced map[replica.Node]bool
-	taint   *liveness.TaintWatch
-	kept    string // the last reason the own taint stayed, as logged
+	taint      *liveness.TaintWatch
+	kept       string // the last reason the own taint stayed, as logged
 }
 
 // owed names the effects of a takeover still to carry out on a lost node
