@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -23,6 +24,9 @@ type Node struct {
 	log   *zap.Logger
 	// repl, when set, hands replicated volumes over (EnableReplication).
 	repl *NodeReplication
+	// preparing holds, per volume, the end of a PrepareWriter under way:
+	// calls on that volume wait for it instead of being refused.
+	preparing sync.Map // volume.ID -> chan struct{}
 }
 
 // NewNode returns the node use cases.
@@ -66,6 +70,9 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 		return fmt.Errorf("%s: %w", why, ErrUnsupported)
 	}
 	readOnly := req.ReadOnly || req.Capability.Mode.ReadOnly()
+	if err := n.waitPrepared(ctx, id); err != nil {
+		return err
+	}
 	unlock, ok := n.locks.TryLock("volume/" + string(id))
 	if !ok {
 		return fmt.Errorf("publish volume %s: %w", id, ErrPending)

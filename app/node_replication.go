@@ -96,6 +96,16 @@ func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
 // (remountIfNeeded).
 func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	start := time.Now()
+	// Each step's duration, logged with the outcome: where a publish's
+	// time goes (the pod leaving its workload, the promotion, the
+	// compare-and-swap, the remount).
+	var steps []zap.Field
+	last := start
+	step := func(name string) {
+		now := time.Now()
+		steps = append(steps, zap.Duration(name, now.Sub(last)))
+		last = now
+	}
 	if err := n.repl.Workload.SetOutside(ctx, id, n.cfg.Node, true); err != nil {
 		if errors.Is(err, ports.ErrNotFound) {
 			return fmt.Errorf("the volume manager of volume %s on %s is not running yet: %w", id, n.cfg.Node, ports.ErrNotPrimary)
@@ -105,6 +115,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 	if err := n.resize(ctx, id); err != nil {
 		log.Warn("workload not resized for the publish", zap.Error(err))
 	}
+	step("outside")
 	if err := n.repl.Control.Acquire(ctx, id, n.repl.Wait); err != nil {
 		if rerr := n.rejoin(ctx, id); rerr != nil {
 			log.Warn("the replica pod did not rejoin the workload after a failed publish", zap.Error(rerr))
@@ -115,6 +126,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PublishWaiting", Message: err.Error()})
 		return err
 	}
+	step("promoted")
 	// One compare-and-swap before the pod writes: the copies that may
 	// take over acknowledged (until then none may: the volume would wait
 	// for this node after its loss), and this term resumed (a takeover
@@ -131,6 +143,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 			return fmt.Errorf("the replica here is the primary, but the publish could not be recorded: %v: %w", err, ErrPending)
 		}
 	}
+	step("claimed")
 	if err := n.remountIfNeeded(ctx, id, log); err != nil {
 		if errors.Is(err, ports.ErrNotPrimary) {
 			if rerr := n.rejoin(ctx, id); rerr != nil {
@@ -139,7 +152,8 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 		}
 		return err
 	}
-	log.Info("the replica here is the active primary", zap.Duration("took", time.Since(start)))
+	step("remount")
+	log.Info("the replica here is the active primary", append([]zap.Field{zap.Duration("took", time.Since(start))}, steps...)...)
 	return nil
 }
 
@@ -225,6 +239,59 @@ func (n *Node) resize(ctx context.Context, id volume.ID) error {
 // secondary) is never skipped: the publish answers ErrPending, so the
 // kubelet retries, with an event saying what it waits for.
 func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logger) error {
+	return n.remount(ctx, id, log, true)
+}
+
+// PrepareWriter remounts, right after a takeover made this node the
+// volume's active primary, the filesystem that the publish to follow
+// would remount (remountIfNeeded, recorded for the term): the remount then
+// overlaps the pod's rescheduling instead of delaying its start. A publish
+// arriving meanwhile waits for it (waitPrepared) and finds the remount
+// recorded. When another call holds the volume (a publish, an unpublish),
+// nothing is done: a publish remounts itself when needed. A refused
+// remount raises no event here: the publish raises it, and retries.
+func (n *Node) PrepareWriter(ctx context.Context, id volume.ID) error {
+	if n.repl == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	if _, busy := n.preparing.LoadOrStore(id, done); busy {
+		return nil
+	}
+	defer func() {
+		n.preparing.Delete(id)
+		close(done)
+	}()
+	unlock, ok := n.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return nil
+	}
+	defer unlock()
+	if _, err := n.store.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	err := n.remount(ctx, id, n.log.With(zap.String("volume", string(id)), zap.String("for", "takeover")), false)
+	if errors.Is(err, ports.ErrNotPrimary) {
+		return nil // not (or no longer) the primary here: no writer to prepare for
+	}
+	return err
+}
+
+// waitPrepared waits for a PrepareWriter of id under way, if any.
+func (n *Node) waitPrepared(ctx context.Context, id volume.ID) error {
+	v, ok := n.preparing.Load(id)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-v.(chan struct{}):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("volume %s is being prepared for its new primary: %w", id, ErrPending)
+	}
+}
+
+func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise bool) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -255,7 +322,9 @@ func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logge
 		} else {
 			msg += "; the publish is retried"
 		}
-		n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: msg})
+		if raise {
+			n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: msg})
+		}
 		return fmt.Errorf("%s: %v: %w", msg, err, ErrPending)
 	}
 	if rec, ok := verdict.Record(); ok {

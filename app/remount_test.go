@@ -38,6 +38,9 @@ type copyHost struct {
 	targets             map[string]bool // target path -> read-only
 	stale               bool
 	remounts            int // remounts done (refusals not counted)
+	// gate, when set, holds each remount until it is closed, after
+	// saying so on entered.
+	gate, entered chan struct{}
 }
 
 func newCopyHost(t *testing.T) *copyHost {
@@ -81,6 +84,10 @@ func (h *copyHost) SetMetadata(_ context.Context, _ volume.ID, m map[string]stri
 }
 
 func (h *copyHost) Remount(context.Context, volume.ID) error {
+	if h.gate != nil {
+		h.entered <- struct{}{}
+		<-h.gate
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.targets) > 0 {
@@ -308,4 +315,82 @@ func TestARemountOfAnEarlierTermIsRemountedAgain(t *testing.T) {
 	if n, rec := w.host.counts(); n != 1 || rec != "4" {
 		t.Fatalf("%d remounts, record %q: want one, recorded for epoch 4", n, rec)
 	}
+}
+
+// The copy a takeover made the primary here is remounted at once
+// (PrepareWriter, beside the pods' rescheduling): the writer's publish
+// that follows finds it recorded and remounts nothing.
+func TestATakeoverRemountsTheCopyBeforeTheWritersPublish(t *testing.T) {
+	w := newRemountWorld(t)
+	if err := w.n.PrepareWriter(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := w.host.counts(); n != 0 {
+		t.Fatalf("%d remounts of a secondary's copy: nothing is prepared before a takeover", n)
+	}
+	if _, err := w.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.n.PrepareWriter(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if n, rec := w.host.counts(); n != 1 || rec != "2" {
+		t.Fatalf("prepared: %d remounts, record %q: want one, recorded for epoch 2", n, rec)
+	}
+	if err := w.publish("rw", false); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := w.host.counts(); n != 1 {
+		t.Fatalf("%d remounts: the publish remounted a copy already prepared", n)
+	}
+}
+
+// A publish arriving while the copy is being prepared waits for it (not
+// refused, which would cost the kubelet's backoff), then mounts the
+// remounted copy without a second remount.
+func TestAPublishDuringThePreparationWaitsForIt(t *testing.T) {
+	w := newRemountWorld(t)
+	if _, err := w.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	w.host.gate, w.host.entered = make(chan struct{}), make(chan struct{}, 1)
+	prepared := make(chan error, 1)
+	go func() { prepared <- w.n.PrepareWriter(ctx, "v") }()
+	<-w.host.entered
+	published := make(chan error, 1)
+	go func() { published <- w.publish("rw", false) }()
+	select {
+	case err := <-published:
+		t.Fatalf("the publish answered %v while the copy was being remounted: it must wait", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(w.host.gate)
+	if err := <-prepared; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-published; err != nil {
+		t.Fatalf("publish after the preparation: %v", err)
+	}
+	if n, rec := w.host.counts(); n != 1 || rec != "2" {
+		t.Fatalf("%d remounts, record %q: want one, recorded for epoch 2", n, rec)
+	}
+}
+
+// A read-only pod here holds the copy: the preparation's remount is
+// refused without an event (the publish raises it when it is refused in
+// turn), and the writer's publish still never skips the remount.
+func TestAPreparationRefusedLeavesTheRemountToThePublish(t *testing.T) {
+	w := newRemountWorld(t)
+	if err := w.publish("ro", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.n.PrepareWriter(ctx, "v"); !errors.Is(err, app.ErrPending) {
+		t.Fatalf("preparation next to a read-only pod: %v, want the remount refused (ErrPending)", err)
+	}
+	w.wantRefusals(0, "")
+	w.wantRefused("rw")
+	w.wantRefusals(1, target("ro"))
 }

@@ -175,6 +175,9 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 	}
 	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effB, nopEvents{}, zap.NewNop())
 	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effC, nopEvents{}, zap.NewNop())
+	prepB, prepC := make(preparer, 4), make(preparer, 4)
+	b.PrepareWith(prepB)
+	c.PrepareWith(prepC)
 	step := func(at time.Duration) {
 		clock.set(at)
 		leases.renew("b", at.String())
@@ -204,7 +207,28 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 	if r, _ := st.Replica("a"); r.Active {
 		t.Fatal("the lost primary is still active")
 	}
+	// b readies its copy for the writer at once (the remount, beside the
+	// pods' rescheduling); c, which took nothing over, does not.
+	select {
+	case id := <-prepB:
+		if id != "v" {
+			t.Fatalf("b prepared %s, want v", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("b took v over but did not prepare its copy for the writer")
+	}
 	step(6 * time.Second) // nothing more: effects done, b is the primary
+	if len(prepB) > 0 || len(prepC) > 0 {
+		t.Fatalf("prepared again (b %d) or by c, which took nothing over (%d)", len(prepB), len(prepC))
+	}
+}
+
+// preparer records the volumes a survivor prepares for their writer.
+type preparer chan volume.ID
+
+func (p preparer) PrepareWriter(_ context.Context, id volume.ID) error {
+	p <- id
+	return nil
 }
 
 // A survivor whose own reads failed knows nothing of that time: the

@@ -44,7 +44,19 @@ type Survivor struct {
 	nodeFenced map[replica.Node]bool
 	taint      *liveness.TaintWatch
 	kept       string // the last reason the own taint stayed, as logged
+	prepare    Preparer
 }
+
+// Preparer readies this node's copy for the writer that follows a
+// takeover here (app.Node.PrepareWriter: the remount a publish would
+// otherwise make before the pod starts).
+type Preparer interface {
+	PrepareWriter(ctx context.Context, id volume.ID) error
+}
+
+// PrepareWith has every takeover made here followed, at once and beside
+// the lost node's effects, by p's preparation of the copy.
+func (s *Survivor) PrepareWith(p Preparer) { s.prepare = p }
 
 // owed names the effects of a takeover still to carry out on a lost node
 // for one volume.
@@ -301,6 +313,17 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before rep
 				t.Lost, replica.SnapshotName(final), replica.SnapshotName(from), s.cfg.Node, st.Epoch, replica.SnapshotName(final), t.Lost)})
 	} else {
 		s.log.Warn("took over a volume from a lost node", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Uint64("epoch", uint64(st.Epoch)))
+		if s.prepare != nil {
+			// Beside the effects (the pods' deletion): it overlaps their
+			// rescheduling. The publish waits for it, or does it itself.
+			go func() {
+				pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if err := s.prepare.PrepareWriter(pctx, id); err != nil {
+					s.log.Info("copy not prepared for its writer after the takeover: the publish does it", zap.String("volume", string(id)), zap.Error(err))
+				}
+			}()
+		}
 		s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
 			Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
 	}

@@ -33,7 +33,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -73,6 +73,10 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
 			effects, events, log.Named("survivor"))
+		// A copy taken over here is remounted at once, while the lost
+		// node's pods are rescheduled, not when the new pod's publish
+		// comes.
+		survivor.PrepareWith(prep)
 		relay.set(survivor.Promise)
 		// Promises are asked for at the peer addresses the leases last
 		// published: they matter when the API server cannot be read.

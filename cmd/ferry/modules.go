@@ -171,8 +171,8 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) error {
-				return daemonKube(lc, o, s, mt, newFencer(), relay, events, takers, log)
+			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *app.Node, log *zap.Logger) error {
+				return daemonKube(lc, o, s, mt, newFencer(), relay, events, takers, uc, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
 			func(uc *app.Node, events ports.EventRecorder, takers *failover.Takers) error {

@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,25 +50,59 @@ func hostLast(t *testing.T, node, vol string) int {
 	return n
 }
 
-// readyPodElsewhere polls every 100 ms until a Ready pod with label app
-// runs on a node other than not, and returns it.
-func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration, each func()) (string, string) {
+// readyPodElsewhere watches the pods with label app until one is Ready on
+// a node other than not (the time is when the watch reports it, not a
+// poll's), running each every 200 ms meanwhile; fails after timeout.
+func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration, each func()) (string, string, time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		out, _ := kubectl(t, "", "-n", ns, "get", "pods", "-l", "app="+app, "-o",
-			`jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.metadata.deletionTimestamp} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			f := strings.Fields(l)
-			if len(f) == 4 && f[1] != not && f[2] == "Running" && f[3] == "True" {
-				return f[0], f[1]
+	type seen struct {
+		pod, node string
+		at        time.Time
+	}
+	found := make(chan seen, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last atomic.Value
+	last.Store("")
+	go func() {
+		// A watch the API server ends is started again, until found.
+		for ctx.Err() == nil {
+			cmd := exec.CommandContext(ctx, kubectlBin, "--kubeconfig", kubeconfig, "-n", ns, "get", "pods", "-l", "app="+app, "-w", "-o",
+				`jsonpath={.metadata.name} {.spec.nodeName} {.status.phase} {.metadata.deletionTimestamp} {.status.conditions[?(@.type=="Ready")].status}{"\n"}`)
+			out, err := cmd.StdoutPipe()
+			if err != nil || cmd.Start() != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
 			}
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				last.Store(sc.Text())
+				f := strings.Fields(sc.Text())
+				if len(f) == 4 && f[1] != not && f[2] == "Running" && f[3] == "True" {
+					found <- seen{f[0], f[1], time.Now()}
+					cancel()
+					break
+				}
+			}
+			_ = cmd.Wait()
 		}
-		each()
-		if time.Now().After(deadline) {
-			t.Fatalf("no ready pod of %s off %s after %s; last seen:\n%s", app, not, timeout, out)
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case s := <-found:
+			return s.pod, s.node, s.at
+		case <-tick.C:
+			each()
+		case <-ctx.Done():
+			select {
+			case s := <-found:
+				return s.pod, s.node, s.at
+			default:
+			}
+			t.Fatalf("no ready pod of %s off %s after %s; last seen: %s", app, not, timeout, last.Load())
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -113,12 +150,12 @@ func nodeLoss(t *testing.T, fault string) {
 	start := time.Now()
 	nodeFault(t, fault, first)
 	maxActive := 0
-	pod, second := readyPodElsewhere(t, ns, "w", first, 60*time.Second, func() {
+	pod, second, ready := readyPodElsewhere(t, ns, "w", first, 60*time.Second, func() {
 		if rv, err := getRV(t, vol); err == nil && activeCount(rv) > maxActive {
 			maxActive = activeCount(rv)
 		}
 	})
-	took := time.Since(start)
+	took := ready.Sub(start)
 	// Tainted before its pods were deleted: nothing new lands on it.
 	if out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}"); !strings.Contains(out, "ferry.zfs.csi.io/fenced") {
 		t.Errorf("the lost node %s is not tainted fenced: %s", first, out)
