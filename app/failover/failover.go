@@ -3,9 +3,10 @@
 // primaries here when the node may no longer write; the Survivor watches
 // every other node's lease and, when one is lost, takes over the volumes
 // whose successor this node is. The rules (when a node may write, when an
-// observer may take a node for lost, who takes over) are domain/liveness's;
-// these use cases measure time, read, ask the domain and hand the answer
-// to the ports.
+// observer may take a node for lost, who takes over, why a copy here is
+// fenced or given back: liveness/fence.go, what a takeover owes:
+// liveness/aftermath.go) are domain/liveness's; these use cases measure
+// time, read, ask the domain and hand the answer to the ports.
 package failover
 
 import (

@@ -41,10 +41,10 @@ type Guard struct {
 	tried      bool // a renewal was answered (or timed out) since start
 	renewed    chan struct{}
 	promises   []liveness.Promise
-	fenced     map[volume.ID]string
-	giveBack   map[volume.ID]string // fenced, may write again: its pods still to restart
-	mine       map[volume.ID]bool   // active primary here at the last check
-	looked     map[volume.ID]bool   // looked at by checkTakenOver since this process started
+	fenced     map[volume.ID]liveness.Fence
+	giveBack   map[volume.ID]liveness.Fence // fenced, may write again: its pods still to restart
+	mine       map[volume.ID]bool           // active primary here at the last check
+	looked     map[volume.ID]bool           // looked at by checkTakenOver since this process started
 }
 
 // NewGuard returns the guard of cfg.Node.
@@ -60,7 +60,7 @@ type Guard struct {
 // published anew.
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
-		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, giveBack: map[volume.ID]string{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{}}
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{}}
 }
 
 // AskPromises lets the guard ask, when a renewal fails, every node that
@@ -228,55 +228,56 @@ func (g *Guard) Writable(id volume.ID) liveness.Verdict {
 	takers := g.takers.Of(id)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.verdict(takers)
+	return liveness.Decide(g.standing(), takers)
 }
 
-func (g *Guard) verdict(takers []replica.Node) liveness.Verdict {
-	return liveness.Decide(liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: g.promises}, takers)
+// standing is the node's right to write now; g.mu held.
+func (g *Guard) standing() liveness.Standing {
+	return liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: g.promises}
 }
 
 // Check fences every primary here that may no longer write and is not
 // fenced yet, and returns when to check again at the latest. The
 // primaries it judges are the terms of Takers (the view folded in first):
 // a volume whose primary here acknowledged nobody cannot be taken over,
-// so it writes on.
+// so it writes on. Each fence, and each give-back, is a verdict of
+// domain/liveness (fence.go); Check carries them out.
 func (g *Guard) Check(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	next = min(next, g.checkUnknown(ctx))
 	next = min(next, g.checkTakenOver(ctx))
 	g.takers.Learn(g.volumes.All()...)
 	for _, term := range g.takers.Terms() {
-		st := replica.State{Volume: term.Volume}
+		id := term.Volume
 		g.mu.Lock()
-		v := g.verdict(term.Takers)
-		why, done := g.fenced[st.Volume]
-		if v.MayWrite && done {
-			delete(g.fenced, st.Volume)
-			g.giveBack[st.Volume] = why
-			g.log.Info("the node may write again", zap.String("volume", string(st.Volume)), zap.String("fenced because", why), zap.String("reason", v.Reason))
+		was, done := g.fenced[id]
+		v := liveness.FenceOrGiveBack(g.standing(), term.Takers, done)
+		if v.Act == liveness.GiveBack {
+			delete(g.fenced, id)
+			g.giveBack[id] = was
+			g.log.Info("the node may write again", zap.String("volume", string(id)), zap.String("fenced because", was.Reason), zap.String("reason", v.Reason))
 		}
 		g.mu.Unlock()
-		if v.MayWrite {
-			if left := v.Until - g.clock(); left > 0 && left < next {
+		if v.Write.MayWrite {
+			if left := v.Write.Until - g.clock(); left > 0 && left < next {
 				next = left
 			}
+		}
+		if v.Act != liveness.FenceIt {
 			continue
 		}
-		if done {
-			continue
-		}
-		if err := g.fence(ctx, st.Volume, v.Reason); errors.Is(err, ports.ErrNotFound) {
-			g.volumes.Gone(st.Volume) // no copy here (any more): nothing writes it
-			g.takers.Forget(st.Volume)
+		if err := g.fence(ctx, id, v.Reason); errors.Is(err, ports.ErrNotFound) {
+			g.volumes.Gone(id) // no copy here (any more): nothing writes it
+			g.takers.Forget(id)
 			continue
 		} else if err != nil {
-			g.log.Error("fence failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
+			g.log.Error("fence failed; trying again", zap.String("volume", string(id)), zap.Error(err))
 			next = min(next, 100*time.Millisecond)
 			continue
 		}
 		g.mu.Lock()
-		g.fenced[st.Volume] = v.Reason
-		delete(g.giveBack, st.Volume)
+		g.fenced[id] = liveness.Fence{Reason: v.Reason}
+		delete(g.giveBack, id)
 		g.mu.Unlock()
 	}
 	next = min(next, g.giveBackPods(ctx))
@@ -284,37 +285,37 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 }
 
 // giveBackPods restarts the pods of every volume fenced here that may be
-// written again without having been taken over: the fence left them on an
-// empty read-only placeholder, which only a new publish replaces.
+// written again without having been taken over, as liveness.GiveBackPods
+// says: the fence left them on an empty read-only placeholder, which only
+// a new publish replaces. The resume is recorded first (Takers.Resume, by
+// compare-and-swap: a takeover decided on the lease verdict this node
+// outlived is then refused).
 func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 	g.mu.Lock()
-	todo := make(map[volume.ID]string, len(g.giveBack))
-	for id, why := range g.giveBack {
-		todo[id] = why
+	todo := make(map[volume.ID]liveness.Fence, len(g.giveBack))
+	for id, f := range g.giveBack {
+		todo[id] = f
 	}
 	g.mu.Unlock()
 	next := g.cfg.Lease.Renew
-	for id, why := range todo {
-		// Only while this node is still the volume's active primary, and
-		// recorded as resuming first (replica.Resume, by compare-and-swap:
-		// a takeover decided on the lease verdict this node outlived is
-		// then refused); a takeover seen late evicts the pods itself,
-		// elsewhere. A copy fenced unknown may have been a secondary's,
-		// its pods read-only: they go back whoever the primary is. A
-		// volume gone has nothing to give back.
+	for id, f := range todo {
+		resumed := liveness.ResumedNotPrimary
 		mine, err := g.takers.Resume(ctx, id)
-		if errors.Is(err, ports.ErrNotFound) {
-			mine, err = false, nil
-			why = ""
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+			resumed, err = liveness.ResumedGone, nil
+		case err == nil && mine:
+			resumed = liveness.ResumedPrimary
 		}
-		if why == reasonUnknown && err == nil {
-			mine = true
-		}
-		if err == nil && !mine {
-			g.mu.Lock()
-			delete(g.giveBack, id)
-			g.mu.Unlock()
-			continue
+		var v liveness.GiveBackVerdict
+		if err == nil {
+			v = liveness.GiveBackPods(f, resumed)
+			if !v.Restart {
+				g.mu.Lock()
+				delete(g.giveBack, id)
+				g.mu.Unlock()
+				continue
+			}
 		}
 		var pods []string
 		if err == nil {
@@ -326,101 +327,85 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 			continue
 		}
 		g.mu.Lock()
-		if g.giveBack[id] == why {
+		if g.giveBack[id] == f {
 			delete(g.giveBack, id)
 		}
 		g.mu.Unlock()
-		g.log.Info("pods of a volume no longer fenced restarted", zap.String("volume", string(id)), zap.Strings("pods", pods))
+		g.log.Info("pods of a volume no longer fenced restarted", zap.String("volume", string(id)), zap.Strings("pods", pods), zap.String("reason", v.Reason))
 		g.events.Record(ctx, id, ports.Event{Type: ports.EventNormal, Reason: "Unfenced",
-			Message: fmt.Sprintf("the primary on %s may write again without a takeover (it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, why, pods)})
+			Message: fmt.Sprintf("the primary on %s may write again without a takeover (it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, f.Reason, pods)})
 	}
 	return next
 }
 
-// checkTakenOver fences a volume whose active primary was here and is now
-// another node's without this one having released it (a survivor took it
-// over, say while this node's renewals failed but its reads did not):
-// while a pod here still mounts the copy read/write, it writes into a
-// term that ended. A volume released here (no active primary, or this
-// node's pods unmounted first, as every handover does) is fenced never.
+// checkTakenOver fences a volume whose term here ended under a pod still
+// writing it (liveness.FenceTakenOver: another node is the active primary
+// and this one did not release it), reading the node's mounts, and the
+// state afresh, only when the verdict asks.
 func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	for _, st := range g.volumes.All() {
-		self, listed := st.Replica(g.cfg.Node)
 		g.mu.Lock()
-		if listed && self.Active && st.Primary == g.cfg.Node {
+		in := liveness.TakenOverView{Self: g.cfg.Node, State: st, SeenActive: g.mine[st.Volume], FirstLook: !g.looked[st.Volume]}
+		if liveness.FenceTakenOver(in).Act == liveness.StillPrimary {
 			g.mine[st.Volume] = true
 			g.mu.Unlock()
 			continue
 		}
-		was := g.mine[st.Volume]
-		first := !g.looked[st.Volume]
 		g.looked[st.Volume] = true
 		g.mu.Unlock()
-		if !was {
-			if first && listed {
-				// This process never saw the volume active here, but a
-				// previous one may have (it was down while a survivor
-				// took over): a pod here still mounting the copy
-				// read/write writes next to the new primary's.
-				if err := g.checkTakenOverUnseen(ctx, st); err != nil {
-					g.mu.Lock()
-					delete(g.looked, st.Volume) // look again
-					g.mu.Unlock()
-					next = min(next, 100*time.Millisecond)
-				}
-			}
+		err := g.carryTakenOver(ctx, in)
+		if err == nil {
 			continue
 		}
-		other, ok := st.Replica(st.Primary)
-		if !ok || !other.Active || st.Primary == g.cfg.Node {
-			g.mu.Lock()
-			delete(g.mine, st.Volume) // released: nobody active, or active again here
-			g.mu.Unlock()
-			continue
-		}
-		rw, err := g.readWriteTargets(ctx, st.Volume)
-		if err == nil && rw {
-			err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here still mount the copy read/write", st.Primary, st.Epoch))
-		}
-		if err != nil && !errors.Is(err, ports.ErrNotFound) {
+		next = min(next, 100*time.Millisecond)
+		if in.SeenActive {
+			// Remembered as active here: looked at again next time.
 			g.log.Error("fence of a volume taken over failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
-			next = min(next, 100*time.Millisecond)
 			continue
 		}
 		g.mu.Lock()
-		delete(g.mine, st.Volume)
+		delete(g.looked, st.Volume) // look again
 		g.mu.Unlock()
 	}
 	return next
 }
 
-// checkTakenOverUnseen fences a volume whose view shows another node the
-// active primary, once this process looks at it first, when pods here
-// mount the copy read/write and a fresh read confirms this node is not
-// the primary (a view lagging behind this node's own promotion is not
-// fenced).
-func (g *Guard) checkTakenOverUnseen(ctx context.Context, st replica.State) error {
-	other, ok := st.Replica(st.Primary)
-	if !ok || !other.Active || st.Primary == g.cfg.Node {
+// carryTakenOver asks liveness.FenceTakenOver about one volume until it
+// has all it needs, reads what it asks for, and carries the verdict out.
+// A copy gone (no longer here) has no pod writing it.
+func (g *Guard) carryTakenOver(ctx context.Context, in liveness.TakenOverView) error {
+	id := in.State.Volume
+	for {
+		v := liveness.FenceTakenOver(in)
+		switch v.Act {
+		case liveness.ReadPodsWrite:
+			rw, err := g.readWriteTargets(ctx, id)
+			if err != nil && !errors.Is(err, ports.ErrNotFound) {
+				return err
+			}
+			in.PodsWrite = liveness.ReadingOf(err == nil && rw)
+			continue
+		case liveness.ReadPrimaryNow:
+			mine, err := g.takers.Primary(ctx, id)
+			if err != nil {
+				return err
+			}
+			in.PrimaryNow = liveness.ReadingOf(mine)
+			continue
+		case liveness.FenceTaken:
+			if err := g.fence(ctx, id, v.Reason); err != nil && !errors.Is(err, ports.ErrNotFound) {
+				return err
+			}
+		case liveness.NotTakenOver, liveness.StillPrimary:
+			return nil
+		}
+		// PrimaryGone, or fenced: no longer remembered as active here.
+		g.mu.Lock()
+		delete(g.mine, id)
+		g.mu.Unlock()
 		return nil
 	}
-	rw, err := g.readWriteTargets(ctx, st.Volume)
-	if errors.Is(err, ports.ErrNotFound) || (err == nil && !rw) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	mine, err := g.takers.Primary(ctx, st.Volume)
-	if err != nil || mine {
-		return err
-	}
-	err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here, which this daemon did not see start, mount the copy read/write", st.Primary, st.Epoch))
-	if errors.Is(err, ports.ErrNotFound) {
-		return nil
-	}
-	return err
 }
 
 // readWriteTargets reports whether the volume's filesystem is mounted
@@ -445,26 +430,21 @@ func (g *Guard) readWriteTargets(ctx context.Context, id volume.ID) (bool, error
 	return false, nil
 }
 
-// checkUnknown fences, once the node has tried to renew and does not hold
-// its lease, every local replicated copy the view knows nothing of (a
-// daemon started while cut off from the API server has no view): it may
-// be a primary here that another node takes over, and no promise can be
-// matched to takers nobody knows. They may write again with the lease.
+// checkUnknown fences the local replicated copies the view knows nothing
+// of once the node has tried to renew and does not hold its lease, and
+// gives them back once it holds it again (liveness.FenceUnknown).
 func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	g.mu.Lock()
-	held := g.clock() < g.leaseUntil
-	tried := g.tried
-	if held {
-		for id, why := range g.fenced {
-			if why == reasonUnknown {
-				delete(g.fenced, id)
-				g.giveBack[id] = why
-			}
+	lease := liveness.LeaseSeen{Held: g.clock() < g.leaseUntil, Tried: g.tried}
+	for id, f := range g.fenced {
+		if liveness.FenceUnknown(lease, liveness.UnknownCopy{Fence: f}).Act == liveness.GiveBack {
+			delete(g.fenced, id)
+			g.giveBack[id] = f
 		}
 	}
 	g.mu.Unlock()
-	if held || !tried {
+	if !lease.LooksForUnknown() {
 		return next
 	}
 	vols, err := g.store.ListVolumes(ctx)
@@ -473,13 +453,16 @@ func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 		return 100 * time.Millisecond
 	}
 	for _, v := range vols {
-		if g.volumes.Known(v.ID) || g.Fenced(v.ID) != "" {
+		rf, rfErr := strconv.Atoi(v.Metadata[ports.MetaReplicationFactor])
+		c := liveness.UnknownCopy{Known: g.volumes.Known(v.ID), SingleCopy: rfErr == nil && rf <= 1}
+		g.mu.Lock()
+		c.Fence = g.fenced[v.ID]
+		g.mu.Unlock()
+		verdict := liveness.FenceUnknown(lease, c)
+		if verdict.Act != liveness.FenceIt {
 			continue
 		}
-		if rf, err := strconv.Atoi(v.Metadata[ports.MetaReplicationFactor]); err == nil && rf <= 1 {
-			continue // no other copy: nobody takes it over
-		}
-		if err := g.fence(ctx, v.ID, reasonUnknown); errors.Is(err, ports.ErrNotFound) {
+		if err := g.fence(ctx, v.ID, verdict.Reason); errors.Is(err, ports.ErrNotFound) {
 			continue
 		} else if err != nil {
 			g.log.Error("fence failed; trying again", zap.String("volume", string(v.ID)), zap.Error(err))
@@ -487,19 +470,17 @@ func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 			continue
 		}
 		g.mu.Lock()
-		g.fenced[v.ID] = reasonUnknown
+		g.fenced[v.ID] = liveness.Fence{Reason: verdict.Reason, Unknown: true}
 		g.mu.Unlock()
 	}
 	return next
 }
 
-const reasonUnknown = "the node's lease ran out and its view names no state of this local copy (it may be a primary another node takes over)"
-
 // Fenced says why volume id is fenced here ("" when it is not).
 func (g *Guard) Fenced(id volume.ID) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.fenced[id]
+	return g.fenced[id].Reason
 }
 
 func (g *Guard) fence(ctx context.Context, id volume.ID, reason string) error {

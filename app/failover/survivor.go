@@ -37,9 +37,9 @@ type Survivor struct {
 	mu      sync.Mutex
 	obs     *liveness.Observer
 	peers   map[replica.Node]string
-	pending map[owed]owedEffects  // effects on a lost node not all done
-	handled map[owed]bool         // effects done since the node was lost
-	lost    map[replica.Node]bool // last logged
+	pending map[liveness.Owed]liveness.Aftermath // effects on a lost node not all done
+	handled map[liveness.Owed]bool               // effects done since the node was lost
+	lost    map[replica.Node]bool                // last logged
 	// nodeFenced are the lost nodes fenced from outside since their loss.
 	nodeFenced map[replica.Node]bool
 	taint      *liveness.TaintWatch
@@ -58,28 +58,6 @@ type Preparer interface {
 // the lost node's effects, by p's preparation of the copy.
 func (s *Survivor) PrepareWith(p Preparer) { s.prepare = p }
 
-// owed names the effects of a takeover still to carry out on a lost node
-// for one volume.
-type owed struct {
-	Volume volume.ID
-	Node   replica.Node
-}
-
-// owedEffects says which effects are owed.
-type owedEffects int
-
-const (
-	// allEffects: the lost node's placement of the volume goes, the node
-	// is tainted, its pods using the volume are deleted (a takeover of an
-	// active primary: its pods are recreated elsewhere).
-	allEffects owedEffects = iota
-	// unplaceOnly: the placement alone (a released volume taken over: no
-	// pod of it runs there, none is recreated, and a taint would stay
-	// until the volume is published again, its copy there resyncing only
-	// then).
-	unplaceOnly
-)
-
 // NewSurvivor returns the survivor of cfg.Node.
 //
 // view is the daemon's view of every volume (nil: none): the primaries'
@@ -91,7 +69,7 @@ func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports
 		view = NewVolumes()
 	}
 	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, view: view, store: store, effects: effects, events: events, log: log,
-		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[owed]owedEffects{}, handled: map[owed]bool{}, lost: map[replica.Node]bool{}, nodeFenced: map[replica.Node]bool{},
+		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[liveness.Owed]liveness.Aftermath{}, handled: map[liveness.Owed]bool{}, lost: map[replica.Node]bool{}, nodeFenced: map[replica.Node]bool{},
 		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
 }
 
@@ -181,15 +159,8 @@ func (s *Survivor) Step(ctx context.Context) error {
 		// and the effects): every lost node listed in a volume whose
 		// active primary is here, once per loss.
 		s.mu.Lock()
-		for _, st := range states {
-			if r, ok := st.Replica(s.cfg.Node); !ok || st.Primary != s.cfg.Node || !r.Active {
-				continue
-			}
-			for _, n := range lost {
-				if _, listed := st.Replica(n); listed && !s.handled[owed{st.Volume, n}] {
-					s.pending[owed{st.Volume, n}] = allEffects
-				}
-			}
+		for _, o := range liveness.OwedOnLoss(states, lost, s.cfg.Node, s.handled) {
+			s.pending[o] = s.pending[o].With(liveness.UnplaceTaintEvict)
 		}
 		s.mu.Unlock()
 	}
@@ -245,16 +216,12 @@ func (s *Survivor) localStates(ctx context.Context) ([]replica.State, error) {
 }
 
 // fenceNode fences t's lost node from outside before its volume is taken
-// over from an active primary, once per loss, where a node fencer is
-// configured (Config.FenceNode); a released volume has no writer to fence.
+// over, when liveness.FenceNodeFirst says so (Config.FenceNode).
 func (s *Survivor) fenceNode(ctx context.Context, t liveness.Takeover) error {
-	if s.cfg.FenceNode == nil || t.Released {
-		return nil
-	}
 	s.mu.Lock()
-	done := s.nodeFenced[t.Lost]
+	first := liveness.FenceNodeFirst(t, s.cfg.FenceNode != nil, s.nodeFenced[t.Lost])
 	s.mu.Unlock()
-	if done {
+	if !first {
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, nodeFenceTimeout)
@@ -278,22 +245,15 @@ const nodeFenceTimeout = 60 * time.Second
 
 func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before replica.State) error {
 	id := t.Volume.Volume
-	var final, from replica.Snap
+	var lost liveness.GivenUp
 	st, err := s.cluster.Update(ctx, id, func(st *replica.State) error {
-		if liveness.ResumedSince(before, *st, t.Lost) {
-			return fmt.Errorf("takeover from %s: it resumed writing after the lease verdict (its pods given back or published anew): %w", t.Lost, replica.ErrStaleView)
-		}
-		if !t.Released {
-			return replica.Takeover(st, s.cfg.Node, t.Lost, s.cfg.Lag)
-		}
-		self, _ := st.Replica(s.cfg.Node)
-		from = self.Holds()
 		var err error
-		final, err = replica.TakeoverReleased(st, s.cfg.Node, t.Lost, s.cfg.Lag)
+		lost, err = liveness.ApplyTakeover(st, before, t, s.cfg.Node, s.cfg.Lag)
 		return err
 	})
+	final, from := lost.Final, lost.From
 	if err != nil {
-		if errors.Is(err, replica.ErrFenced) || errors.Is(err, replica.ErrBehind) || errors.Is(err, replica.ErrNotTaker) || errors.Is(err, replica.ErrStaleView) {
+		if liveness.TakeoverRefused(err) {
 			// Another survivor won, or the fresh state says this node may
 			// not: the compare-and-swap is the arbiter.
 			s.log.Info("takeover not made", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)), zap.Bool("released", t.Released), zap.Error(err))
@@ -301,11 +261,9 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before rep
 		}
 		return fmt.Errorf("take %s over from %s: %w", id, t.Lost, err)
 	}
-	owe := allEffects
 	if t.Released {
 		// The loss is named: the final snapshot the release recorded (and
 		// every one after the successor's) lives only on the lost node.
-		owe = unplaceOnly
 		s.log.Warn("took over a released volume whose final snapshot only a lost node holds", zap.String("volume", string(id)), zap.String("lost", string(t.Lost)),
 			zap.Uint64("epoch", uint64(st.Epoch)), zap.String("final", replica.SnapshotName(final)), zap.String("from", replica.SnapshotName(from)))
 		s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "FinalSnapshotLost",
@@ -327,20 +285,20 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before rep
 		s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "TookOver",
 			Message: fmt.Sprintf("node %s took over as primary (epoch %d) from %s, whose lease ran out; writes after its last replicated snapshot are given up", s.cfg.Node, st.Epoch, t.Lost)})
 	}
+	o := liveness.Owed{Volume: id, Node: t.Lost}
 	s.mu.Lock()
-	if cur, ok := s.pending[owed{id, t.Lost}]; !ok || owe < cur {
-		s.pending[owed{id, t.Lost}] = owe // never fewer effects than already owed
-	}
+	s.pending[o] = s.pending[o].With(liveness.AftermathOf(t))
 	s.mu.Unlock()
 	return nil
 }
 
 // effectsOwed carries out, for every takeover made, what the lost node
-// still owes: no placement there, the taint, its pods deleted. Each step
-// is idempotent; a failed one is retried at the next Step.
+// still owes (liveness.Aftermath.Steps): no placement there, the taint,
+// its pods deleted. Each step is idempotent; a failed one is retried at
+// the next Step.
 func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Lock()
-	todo := make(map[owed]owedEffects, len(s.pending))
+	todo := make(map[liveness.Owed]liveness.Aftermath, len(s.pending))
 	for o, e := range s.pending {
 		todo[o] = e
 	}
@@ -348,17 +306,20 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 	var errs []error
 	for o, owe := range todo {
 		id, n := o.Volume, o.Node
-		// The label and the taint before the pods go: a pod recreated at
-		// once must not land on n again (the volume's PersistentVolume
-		// keeps the node it was provisioned on as a term of its node
-		// affinity, so only the taint keeps the scheduler off that node).
-		err := s.effects.Unplace(ctx, n, id)
-		if err == nil && owe == allEffects {
-			err = s.effects.Taint(ctx, n, true)
-		}
 		var pods []string
-		if err == nil && owe == allEffects {
-			pods, err = s.effects.EvictPods(ctx, n, id)
+		var err error
+		for _, step := range owe.Steps() {
+			switch step {
+			case liveness.Unplace:
+				err = s.effects.Unplace(ctx, n, id)
+			case liveness.TaintNode:
+				err = s.effects.Taint(ctx, n, true)
+			case liveness.EvictPods:
+				pods, err = s.effects.EvictPods(ctx, n, id)
+			}
+			if err != nil {
+				break
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("after taking %s over from %s: %w", id, n, err))

@@ -1,9 +1,11 @@
 // Package liveness decides, from times each node measures on its own
 // monotonic clock, whether a node may keep writing, whether it must fence
 // its primaries, whether an observer may take another node for lost, and
-// which survivor takes a lost primary's volume over, and when a returned
-// node lifts its own fenced taint (taint.go) (seed 000 with the node-loss
-// stage: each daemon renews a Lease of its own node).
+// which survivor takes a lost primary's volume over, why the guard fences
+// a copy here and when it gives its pods back (fence.go), what a survivor
+// does around a takeover (aftermath.go), and when a returned node lifts
+// its own fenced taint (taint.go) (seed 000 with the node-loss stage:
+// each daemon renews a Lease of its own node).
 //
 // No clock is shared: every instant here is a duration on the clock of
 // the node deciding (time since its process started, say), and a span
