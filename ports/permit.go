@@ -44,6 +44,7 @@ type FenceRecords interface {
 	// Recorded lists the volumes noted on this node since it booted, with
 	// their reasons.
 	Recorded() (map[volume.ID]string, error)
-	// Clear removes id's note; none is no error.
-	Clear(id volume.ID) error
+	// Clear removes id's note if it still gives reason (a note written
+	// since, by a later fence, stays); none is no error.
+	Clear(id volume.ID, reason string) error
 }

@@ -263,9 +263,23 @@ func (d *Dir) Recorded() (map[volume.ID]string, error) {
 	return out, nil
 }
 
-// Clear implements ports.FenceRecords.
-func (d *Dir) Clear(id volume.ID) error {
-	if err := os.Remove(d.recordPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// Clear implements ports.FenceRecords. A record rewritten between its
+// read and its removal here (microseconds) would go: the only cost is a
+// placeholder that stays until the pod is restarted by hand.
+func (d *Dir) Clear(id volume.ID, reason string) error {
+	path := d.recordPath(id)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clear the fence record of %s: %w", id, err)
+	}
+	var r record
+	if json.Unmarshal(b, &r) == nil && r.Reason != reason {
+		return nil // a later fence's
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("clear the fence record of %s: %w", id, err)
 	}
 	return nil

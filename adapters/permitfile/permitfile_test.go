@@ -181,10 +181,13 @@ func TestFenceRecordsAreThisNodesOfThisBoot(t *testing.T) {
 	if err != nil || len(got) != 2 || got["v"] != "the deadline passed" || got["w"] != "no permit" {
 		t.Fatalf("%v %v", got, err)
 	}
-	if err := a.Clear("v"); err != nil {
+	if err := a.Clear("w", "an earlier fence's reason"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Clear("v"); err != nil {
+	if err := a.Clear("v", "the deadline passed"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Clear("v", "the deadline passed"); err != nil {
 		t.Fatalf("clearing nothing: %v", err)
 	}
 	if got, _ := a.Recorded(); len(got) != 1 || got["w"] == "" {

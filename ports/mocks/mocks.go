@@ -1193,17 +1193,17 @@ func (m *MockFenceRecords) EXPECT() *MockFenceRecordsMockRecorder {
 }
 
 // Clear mocks base method.
-func (m *MockFenceRecords) Clear(id volume.ID) error {
+func (m *MockFenceRecords) Clear(id volume.ID, reason string) error {
 	m.ctrl.T.Helper()
-	ret := m.ctrl.Call(m, "Clear", id)
+	ret := m.ctrl.Call(m, "Clear", id, reason)
 	ret0, _ := ret[0].(error)
 	return ret0
 }
 
 // Clear indicates an expected call of Clear.
-func (mr *MockFenceRecordsMockRecorder) Clear(id any) *gomock.Call {
+func (mr *MockFenceRecordsMockRecorder) Clear(id, reason any) *gomock.Call {
 	mr.mock.ctrl.T.Helper()
-	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Clear", reflect.TypeOf((*MockFenceRecords)(nil).Clear), id)
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Clear", reflect.TypeOf((*MockFenceRecords)(nil).Clear), id, reason)
 }
 
 // Record mocks base method.
