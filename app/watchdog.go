@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -49,7 +50,7 @@ type Watchdog struct {
 	log       *zap.Logger
 
 	info     *ports.VolumeInfo // the volume's mount, read once
-	fencing  bool              // the deadline has passed and the volume was fenced
+	fencing  atomic.Bool       // the deadline has passed and the volume was fenced
 	unread   string            // the last failure to read the permit logged
 	recorded string            // a record written in this fencing spell, still to write ("" when done)
 }
@@ -93,8 +94,8 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 	}
 	v := liveness.Watch(liveness.WatchInput{Published: err == nil, Permit: p, Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary()})
 	if !v.Fence {
-		if w.fencing {
-			w.fencing = false
+		if w.fencing.Load() {
+			w.fencing.Store(false)
 			w.log.Info("the primary may write again; the node's daemon gives its pods back", zap.String("reason", v.Reason))
 		}
 		return v.Next
@@ -108,7 +109,7 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 
 // Fencing reports whether the watchdog has fenced its volume and the
 // deadline is still passed.
-func (w *Watchdog) Fencing() bool { return w.fencing }
+func (w *Watchdog) Fencing() bool { return w.fencing.Load() }
 
 // fence stops the writers and covers the pods' targets at the start of a
 // fencing spell, and again whenever the volume is mounted anywhere but its
@@ -134,18 +135,19 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 			pods++
 		}
 	}
-	if w.fencing && pods == 0 && w.recorded == "" {
+	fencing := w.fencing.Load()
+	if fencing && pods == 0 && w.recorded == "" {
 		return nil // fenced, and nothing mounted since
 	}
-	if !w.fencing || pods > 0 {
+	if !fencing || pods > 0 {
 		stopped, err := w.fencer.Fence(ctx, points, w.info.MountPath)
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 		}
-		if !w.fencing {
+		if !fencing {
 			w.log.Warn("the node's write permit ran out: primary fenced by its volume manager", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 		}
-		w.fencing = true
+		w.fencing.Store(true)
 		if pods == 0 && len(stopped) == 0 {
 			return nil // nothing was writing: no pod to give back
 		}
