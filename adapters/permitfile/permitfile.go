@@ -26,10 +26,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -54,6 +56,22 @@ type Dir struct {
 	dir  string
 	node replica.Node
 	opts Options
+
+	mu     sync.Mutex
+	cached *readCache // the last permit read, by its file's identity
+}
+
+// readCache is a permit read and the identity of its file: a permit is
+// never changed in place (a new file is renamed over it), so a file with
+// the same device, inode, size, modification and change times holds the
+// same permit (an inode number reused by a later file has later times).
+type readCache struct {
+	key  [5]int64
+	file permitFile
+}
+
+func statKey(st *unix.Stat_t) [5]int64 {
+	return [5]int64{int64(st.Dev), int64(st.Ino), st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
 }
 
 var (
@@ -149,15 +167,11 @@ func (d *Dir) Publish(p liveness.Permit, now func() time.Duration) error {
 // Read implements ports.PermitReader.
 func (d *Dir) Read() (liveness.Permit, time.Duration, error) {
 	path := PermitPath(d.dir, d.node)
-	b, err := os.ReadFile(path)
+	f, err := d.readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return liveness.Permit{}, 0, fmt.Errorf("no permit at %s: %w", path, ports.ErrNotFound)
 	}
 	if err != nil {
-		return liveness.Permit{}, 0, fmt.Errorf("read the permit: %w", err)
-	}
-	var f permitFile
-	if err := json.Unmarshal(b, &f); err != nil {
 		return liveness.Permit{}, 0, fmt.Errorf("read the permit %s: %w", path, err)
 	}
 	boot, err := d.opts.BootID()
@@ -180,6 +194,40 @@ func (d *Dir) Read() (liveness.Permit, time.Duration, error) {
 		}
 	}
 	return p, d.opts.Clock(), nil
+}
+
+// readFile parses the permit at path, or returns the one parsed last when
+// the file is the same (a watchdog reads it several times a second, the
+// guard replaces it about once).
+func (d *Dir) readFile(path string) (permitFile, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return permitFile{}, err
+	}
+	defer fd.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(fd.Fd()), &st); err != nil {
+		return permitFile{}, err
+	}
+	key := statKey(&st)
+	d.mu.Lock()
+	c := d.cached
+	d.mu.Unlock()
+	if c != nil && c.key == key {
+		return c.file, nil
+	}
+	b, err := io.ReadAll(fd)
+	if err != nil {
+		return permitFile{}, err
+	}
+	var f permitFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return permitFile{}, err
+	}
+	d.mu.Lock()
+	d.cached = &readCache{key: key, file: f}
+	d.mu.Unlock()
+	return f, nil
 }
 
 // replace writes b to path by rename, so that a reader sees the old file

@@ -128,6 +128,7 @@ func TestAPermitIsReplacedAtomically(t *testing.T) {
 	if err := w.Publish(liveness.Permit{Until: 1, Volumes: big}, func() time.Duration { return 0 }); err != nil {
 		t.Fatal(err)
 	}
+	count := len(big)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var reads, bad atomic.Int64
@@ -139,7 +140,7 @@ func TestAPermitIsReplacedAtomically(t *testing.T) {
 			for !stop.Load() {
 				p, _, err := r.Read()
 				reads.Add(1)
-				if err != nil || len(p.Volumes) != len(big) || p.Volumes[volume.ID("volume/b/1ns")]-p.Until != 0 {
+				if err != nil || len(p.Volumes) != count || p.Volumes[volume.ID("volume/b/1ns")]-p.Until != 0 {
 					bad.Add(1)
 				}
 			}
@@ -161,6 +162,27 @@ func TestAPermitIsReplacedAtomically(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Fatalf("left in the directory: %v", entries)
+	}
+}
+
+// A reader keeps the permit it parsed while the file is the same, and
+// reads every replacement, however alike (same size, written within the
+// same instant, an inode number reused).
+func TestAReaderReadsEveryReplacement(t *testing.T) {
+	dir := t.TempDir()
+	n := newNode(1000*s, "boot-1")
+	w, r := New(dir, "a", n.opts()), New(dir, "a", n.opts())
+	for i := range 500 {
+		until := time.Duration(1 + i%9) // one digit: every file the same size
+		if err := w.Publish(liveness.Permit{Until: until}, func() time.Duration { return 1000 * s }); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			p, _, err := r.Read()
+			if err != nil || p.Until != until {
+				t.Fatalf("round %d: read %s (%v), published %s", i, p.Until, err, until)
+			}
+		}
 	}
 }
 
