@@ -425,8 +425,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		delete(g.giveBack, st.Volume)
 		g.mu.Unlock()
 	}
-	g.publish()
-	g.takeRecords()
+	g.takeRecords() // by the permit published at the start: the watchdogs read it within their period, before a restarted pod is published
 	next = min(next, g.giveBackPods(ctx))
 	return max(next, time.Millisecond)
 }
