@@ -27,6 +27,18 @@ type Takers struct {
 
 	mu     sync.Mutex
 	ledger *liveness.Ledger
+	// before runs before a taker is recorded and its acknowledgement sent
+	// (the Guard's bound on the volume's permit); its error stops both.
+	before func(id volume.ID, epoch replica.Epoch) error
+}
+
+// BeforeAcknowledge makes f run before any taker of a volume is
+// recorded and acknowledged: an error from f and nothing is (the
+// acknowledgement is tried again later).
+func (t *Takers) BeforeAcknowledge(f func(id volume.ID, epoch replica.Epoch) error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.before = f
 }
 
 // NewTakers returns node's acknowledgements, written to cluster.
@@ -48,6 +60,14 @@ func (t *Takers) Acknowledge(ctx context.Context, id volume.ID) error {
 		acked = replica.Candidates(*s, t.node)
 		if len(acked) == 0 {
 			return errNothingToAcknowledge
+		}
+		t.mu.Lock()
+		before := t.before
+		t.mu.Unlock()
+		if before != nil {
+			if err := before(s.Volume, s.Epoch); err != nil {
+				return err
+			}
 		}
 		t.mu.Lock()
 		t.ledger.Intend(s.Volume, s.Epoch, acked) // before the write: see liveness.Ledger
