@@ -48,6 +48,7 @@ type Guard struct {
 	mine       map[volume.ID]bool   // active primary here at the last check
 	looked     map[volume.ID]bool   // looked at by checkTakenOver since this process started
 	recorded   map[volume.ID]string // fenced by their volume manager's watchdog (its record), given back with giveBack
+	overtaken  map[volume.ID]bool   // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
 
 	// The node's write permit for the volume managers' watchdogs (nil:
 	// none published). pubMu orders the publications.
@@ -74,7 +75,7 @@ type Guard struct {
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]string{}, giveBack: map[volume.ID]string{}, mine: map[volume.ID]bool{},
-		looked: map[volume.ID]bool{}, recorded: map[volume.ID]string{}, bounded: map[volume.ID]replica.Epoch{}}
+		looked: map[volume.ID]bool{}, recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}}
 }
 
 // PublishPermits makes the guard publish, on this node, until when each
@@ -143,20 +144,47 @@ func (g *Guard) publish() {
 	}
 }
 
+// publishLocked publishes the guard's verdicts (pubMu held). Besides
+// Grant's: a volume this guard keeps fenced (checkUnknown's, a term's) is
+// never Forever, and one it is fencing because another node took it over
+// under a read/write pod here (checkTakenOver) has a passed deadline
+// until that fence is done, so that its watchdog fences too should this
+// daemon die meanwhile.
 func (g *Guard) publishLocked() error {
-	g.takers.Learn(g.volumes.All()...)
+	all := g.volumes.All()
+	g.takers.Learn(all...)
 	terms := g.takers.Terms()
 	judged := map[volume.ID]bool{}
 	for _, t := range terms {
 		judged[t.Volume] = true
 	}
-	var free []volume.ID
-	for _, st := range g.volumes.All() {
+	g.mu.Lock()
+	fenced := make(map[volume.ID]bool, len(g.fenced))
+	for id := range g.fenced {
+		fenced[id] = true
+	}
+	for id := range g.overtaken {
+		if !g.volumes.Known(id) {
+			delete(g.overtaken, id) // gone: a volume created again under its name starts anew
+		}
+	}
+	g.mu.Unlock()
+	var free, overtaken []volume.ID
+	for _, st := range all {
 		if e, ok := g.bounded[st.Volume]; ok && st.Epoch > e {
 			delete(g.bounded, st.Volume) // a later term: its takers start anew
 		}
 		self, listed := st.Replica(g.cfg.Node)
-		if !listed || !self.Active || st.Primary != g.cfg.Node || judged[st.Volume] {
+		if !listed || !self.Active || st.Primary != g.cfg.Node {
+			if g.overtakenNow(st.Volume) {
+				overtaken = append(overtaken, st.Volume)
+			}
+			continue
+		}
+		g.mu.Lock()
+		delete(g.overtaken, st.Volume) // the active primary here again
+		g.mu.Unlock()
+		if judged[st.Volume] || fenced[st.Volume] {
 			continue
 		}
 		if _, ok := g.bounded[st.Volume]; ok {
@@ -168,11 +196,24 @@ func (g *Guard) publishLocked() error {
 	standing := liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: append([]liveness.Promise(nil), g.promises...)}
 	g.mu.Unlock()
 	p := g.cfg.Lease.Grant(standing, terms, free)
+	for _, id := range overtaken {
+		if p.Deadline(id) > standing.Now {
+			p.Volumes[id] = standing.Now // passed: the guard fences it now
+		}
+	}
 	if err := g.permits.Publish(p, g.clock); err != nil {
 		return err
 	}
 	g.published, g.permit = true, p
 	return nil
+}
+
+// overtakenNow says whether the guard is fencing volume id as taken over
+// under a read/write pod here.
+func (g *Guard) overtakenNow(id volume.ID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.overtaken[id]
 }
 
 // takeRecords hands the volumes their volume manager's watchdog fenced
@@ -516,6 +557,7 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 		g.mu.Lock()
 		if listed && self.Active && st.Primary == g.cfg.Node {
 			g.mine[st.Volume] = true
+			delete(g.overtaken, st.Volume)
 			g.mu.Unlock()
 			continue
 		}
@@ -534,20 +576,25 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 					delete(g.looked, st.Volume) // look again
 					g.mu.Unlock()
 					next = min(next, 100*time.Millisecond)
+					continue
 				}
 			}
+			g.mu.Lock()
+			delete(g.overtaken, st.Volume) // looked at: fenced, or nothing to fence
+			g.mu.Unlock()
 			continue
 		}
 		other, ok := st.Replica(st.Primary)
 		if !ok || !other.Active || st.Primary == g.cfg.Node {
 			g.mu.Lock()
 			delete(g.mine, st.Volume) // released: nobody active, or active again here
+			delete(g.overtaken, st.Volume)
 			g.mu.Unlock()
 			continue
 		}
 		rw, err := g.readWriteTargets(ctx, st.Volume)
 		if err == nil && rw {
-			err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here still mount the copy read/write", st.Primary, st.Epoch))
+			err = g.fenceTakenOver(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here still mount the copy read/write", st.Primary, st.Epoch))
 		}
 		if err != nil && !errors.Is(err, ports.ErrNotFound) {
 			g.log.Error("fence of a volume taken over failed; trying again", zap.String("volume", string(st.Volume)), zap.Error(err))
@@ -556,9 +603,27 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 		}
 		g.mu.Lock()
 		delete(g.mine, st.Volume)
+		delete(g.overtaken, st.Volume)
 		g.mu.Unlock()
 	}
 	return next
+}
+
+// fenceTakenOver fences volume id, taken over under a read/write pod
+// here, after publishing a passed deadline for it (the watchdogs hear the
+// verdict first, as for a term the guard fences: a daemon dying during
+// the fence leaves its volume manager's watchdog fencing); the deadline
+// stays passed until a look at the volume ends without an error (its
+// fence done, or nothing left to fence).
+func (g *Guard) fenceTakenOver(ctx context.Context, id volume.ID, reason string) error {
+	g.mu.Lock()
+	marked := g.overtaken[id]
+	g.overtaken[id] = true
+	g.mu.Unlock()
+	if !marked {
+		g.publish()
+	}
+	return g.fence(ctx, id, reason)
 }
 
 // checkTakenOverUnseen fences a volume whose view shows another node the
@@ -582,7 +647,7 @@ func (g *Guard) checkTakenOverUnseen(ctx context.Context, st replica.State) erro
 	if err != nil || mine {
 		return err
 	}
-	err = g.fence(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here, which this daemon did not see start, mount the copy read/write", st.Primary, st.Epoch))
+	err = g.fenceTakenOver(ctx, st.Volume, fmt.Sprintf("%s is the active primary (epoch %d) while pods here, which this daemon did not see start, mount the copy read/write", st.Primary, st.Epoch))
 	if errors.Is(err, ports.ErrNotFound) {
 		return nil
 	}
