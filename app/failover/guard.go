@@ -485,13 +485,12 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
 	for id, why := range todo {
 		// Only while this node is still the volume's active primary, and
-		// recorded as resuming: a takeover (seen late) evicts the pods
-		// itself, elsewhere. A copy
-		// fenced unknown may have been a secondary's, its pods read-only:
-		// they go back whoever the primary is. A volume gone has nothing
-		// to give back.
-		// Resumed by compare-and-swap first: a takeover decided on the
-		// lease verdict this node outlived is then refused.
+		// recorded as resuming first (replica.Resume, by compare-and-swap:
+		// a takeover decided on the lease verdict this node outlived is
+		// then refused); a takeover seen late evicts the pods itself,
+		// elsewhere. A copy fenced unknown may have been a secondary's,
+		// its pods read-only: they go back whoever the primary is. A
+		// volume gone has nothing to give back.
 		mine, err := g.takers.Resume(ctx, id)
 		if errors.Is(err, ports.ErrNotFound) {
 			mine, err = false, nil

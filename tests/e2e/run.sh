@@ -125,7 +125,16 @@ kubectl get crd volumesnapshotclasses.snapshot.storage.k8s.io volumesnapshots.sn
   die "the VolumeSnapshot CRDs are missing (make cluster-deploy)"
 kubectl get pods -A --no-headers 2>/dev/null | awk '$2 ~ /snapshot-controller/ && $4 == "Running"' | grep -q . ||
   die "no snapshot-controller pod is Running (make cluster-deploy; kubectl get pods -A)"
-bad="$(kubectl get pods -A --no-headers 2>/dev/null | awk '$2 ~ /ferry/ && $4 != "Running" { print $1 "/" $2 " " $4 }')"
+# Replica pods of a volume deleted just before (the demo's, say) may still
+# be Terminating while their copies are destroyed: wait for them to go (up
+# to 3 minutes, looking every second); any other state is an error.
+ferry_not_running() { kubectl get pods -A --no-headers 2>/dev/null | awk '$2 ~ /ferry/ && $4 != "Running" { print $1 "/" $2 " " $4 }'; }
+for _ in $(seq 1 180); do
+  bad="$(ferry_not_running)"
+  echo "$bad" | grep -qv ' Terminating$' && break
+  [ -z "$bad" ] && break
+  sleep 1
+done
 [ -z "$bad" ] || die "Ferry pods not Running: $bad"
 # Every volume reserves its size in its node's pool (refreservation), and
 # volume-expand's volumes are 1Gi growing by 64Mi: two such tests on one node

@@ -293,20 +293,45 @@ func TestTheFeedSendsEveryVolumesStateAsItChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The feed coalesces a volume's changes (a reader gets its newest
+	// state, not every step), so each change is awaited before the next.
+	await := func(what string, seen func(ports.StateChange) bool) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case c := <-feed:
+				if c.Volume == "pvc-feed" && seen(c) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("the feed did not send the change: %s", what)
+			}
+		}
+	}
 	ctx := context.Background()
 	if _, err := s.Create(ctx, replica.State{Volume: "pvc-feed", ReplicationFactor: 2, Epoch: 1, Primary: "a",
 		Replicas: []replica.Replica{{Node: "a", Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
+	await("created", func(c ports.StateChange) bool {
+		r, ok := c.State.Replica("a")
+		return !c.Gone && ok && r.Active
+	})
 	if _, err := s.Update(ctx, "pvc-feed", func(st *replica.State) error {
 		st.Replicas[0].Active = false
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	await("inactive", func(c ports.StateChange) bool {
+		r, ok := c.State.Replica("a")
+		return !c.Gone && ok && !r.Active
+	})
 	if err := s.Delete(ctx, "pvc-feed"); err != nil {
 		t.Fatal(err)
 	}
+	await("deleting", func(c ports.StateChange) bool { return !c.Gone && c.State.Deleting })
 	// The last replica leaves: the finalizer goes, and the object.
 	if _, err := s.Update(ctx, "pvc-feed", func(st *replica.State) error {
 		st.Replicas = nil
@@ -314,23 +339,7 @@ func TestTheFeedSendsEveryVolumesStateAsItChanges(t *testing.T) {
 	}); err != nil && !errors.Is(err, ports.ErrNotFound) {
 		t.Fatal(err)
 	}
-	deadline := time.After(30 * time.Second)
-	sawInactive, sawDeleting, sawGone := false, false, false
-	for !sawInactive || !sawDeleting || !sawGone {
-		select {
-		case c := <-feed:
-			if c.Volume != "pvc-feed" {
-				continue
-			}
-			if r, ok := c.State.Replica("a"); ok && !r.Active {
-				sawInactive = true
-			}
-			sawDeleting = sawDeleting || c.State.Deleting
-			sawGone = sawGone || c.Gone
-		case <-deadline:
-			t.Fatalf("the feed did not send the changes: inactive %v, deleting %v, gone %v", sawInactive, sawDeleting, sawGone)
-		}
-	}
+	await("gone", func(c ports.StateChange) bool { return c.Gone })
 	cancel()
 	for range feed {
 		// drained: the feed closes with its context
