@@ -29,8 +29,10 @@ const DefaultWatchdogPoll = 200 * time.Millisecond
 
 // Watchdog fences a primary from its own volume manager when the node's
 // daemon, whose guard normally does it, is down: it reads the node's write
-// permit (the guard's verdicts, ports.PermitReader) and, once its volume's
-// deadline has passed or when the node has none (liveness.Watch), stops
+// permit (the guard's verdicts, ports.PermitReader) and, armed by the
+// first one it reads (an older daemon publishes none: then it watches
+// nothing), once its volume's deadline has passed or the permit has gone
+// (liveness.Watch), stops
 // every process holding the volume's filesystem and covers the pods'
 // targets, exactly as the guard does (ports.Fencer). It stays fencing
 // while the deadline stays passed: a mount of the volume that appears
@@ -50,6 +52,7 @@ type Watchdog struct {
 	log       *zap.Logger
 
 	info     *ports.VolumeInfo // the volume's mount, read once
+	armed    bool              // a permit this watchdog understands was read (liveness.WatchVerdict.Armed)
 	fencing  atomic.Bool       // the deadline has passed and the volume was fenced
 	unread   string            // the last failure to read the permit logged
 	recorded string            // a record written in this fencing spell, still to write ("" when done)
@@ -87,12 +90,21 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 	if err != nil {
 		if msg := err.Error(); msg != w.unread {
 			w.unread = msg
-			w.log.Warn("the node's write permit is not readable: the primary here may not write", zap.Error(err))
+			w.log.Warn("the node's write permit is not readable", zap.Bool("armed", w.armed), zap.Error(err))
 		}
 	} else {
 		w.unread = ""
 	}
-	v := liveness.Watch(liveness.WatchInput{Published: err == nil, Permit: p, Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary()})
+	v := liveness.Watch(liveness.WatchInput{Published: err == nil, Newer: errors.Is(err, ports.ErrPermitVersion), Armed: w.armed, Permit: p,
+		Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary()})
+	if v.Armed != w.armed {
+		w.armed = v.Armed
+		if v.Armed {
+			w.log.Info("watchdog armed: the node's daemon publishes a write permit", zap.String("reason", v.Reason))
+		} else {
+			w.log.Warn("watchdog disarmed", zap.String("reason", v.Reason))
+		}
+	}
 	if !v.Fence {
 		if w.fencing.Load() {
 			w.fencing.Store(false)

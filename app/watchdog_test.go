@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -148,9 +149,13 @@ func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) 
 	}
 }
 
-// No permit of this boot: the primary is fenced; a permit that cannot be
-// read at all likewise. A fence that fails is tried again.
-func TestAPrimarysWatchdogFencesWithoutAPermit(t *testing.T) {
+// A volume manager upgraded before its daemon: the node has no permit
+// (an older daemon publishes none), or one of a version it does not
+// understand (a newer daemon's): the watchdog does not fence, however
+// long. Once it has read a permit it is armed: the permit gone, it fences
+// (a fence that fails is tried again soon); nothing was writing, so
+// nothing is recorded.
+func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	info, _ := c.stores["a"].GetVolume(ctx, volID)
 	ctrl := gomock.NewController(t)
@@ -158,6 +163,22 @@ func TestAPrimarysWatchdogFencesWithoutAPermit(t *testing.T) {
 	desk := &permitDesk{err: ports.ErrNotFound}
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
 		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, fencer, c.events, zap.NewNop())
+	for range 3 {
+		w.Check(ctx) // the fencer mock expects nothing yet
+	}
+	desk.mu.Lock()
+	desk.err = fmt.Errorf("version 2: %w", ports.ErrPermitVersion)
+	desk.mu.Unlock()
+	w.Check(ctx)
+	if w.Fencing() {
+		t.Fatal("fenced without a permit it understands")
+	}
+
+	desk.set(time.Hour, time.Second)
+	w.Check(ctx) // armed
+	desk.mu.Lock()
+	desk.err = ports.ErrNotFound // removed
+	desk.mu.Unlock()
 	gomock.InOrder(
 		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, errors.New("busy")),
 		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, nil),
@@ -167,11 +188,23 @@ func TestAPrimarysWatchdogFencesWithoutAPermit(t *testing.T) {
 	}
 	w.Check(ctx)
 	if !w.Fencing() {
-		t.Fatal("not fencing without a permit")
+		t.Fatal("not fencing once its permit went")
 	}
 	// Nothing was writing: nothing to give back, no record, no event.
 	if got, _ := desk.Recorded(); len(got) != 0 || len(c.events.reasons()) != 0 {
 		t.Fatalf("records %v, events %v", got, c.events.reasons())
+	}
+	// A newer daemon's permit: the spell ends, it is disarmed.
+	desk.mu.Lock()
+	desk.err = ports.ErrPermitVersion
+	desk.mu.Unlock()
+	w.Check(ctx)
+	desk.mu.Lock()
+	desk.err = ports.ErrNotFound
+	desk.mu.Unlock()
+	w.Check(ctx) // disarmed: no fence (the mock expects none)
+	if w.Fencing() {
+		t.Fatal("fencing next to a newer daemon")
 	}
 }
 

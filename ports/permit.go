@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"errors"
 	"time"
 
 	"github.com/ferry-csi/ferry/domain/liveness"
@@ -28,9 +29,14 @@ type PermitReader interface {
 	// booted, its instants and now on the node's clock (now read after
 	// the permit). ErrNotFound when there is none: never published, or
 	// published before the node last booted (its instants mean nothing
-	// now).
+	// now); ErrPermitVersion when the one there is in a format this
+	// reader does not understand (a newer daemon's).
 	Read() (p liveness.Permit, now time.Duration, err error)
 }
+
+// ErrPermitVersion: the node's write permit is in a version the reader
+// does not understand.
+var ErrPermitVersion = errors.New("write permit of an unknown version")
 
 // FenceRecords note the volumes a volume manager's watchdog fenced on its
 // own, where the node's daemon finds them: the fence leaves the pods on

@@ -123,8 +123,16 @@ func PermitPath(dir string, node replica.Node) string {
 
 const clockName = "CLOCK_BOOTTIME"
 
+// PermitVersion is the version of the permit's format this package
+// writes and reads: a reader of another version takes the permit for
+// none it understands (ports.ErrPermitVersion), so that a volume manager
+// and a daemon of different formats never act on each other's permit. A
+// file without a version (0) is not one either.
+const PermitVersion = 1
+
 // permitFile is the permit as stored; instants in nanoseconds of Clock.
 type permitFile struct {
+	Version int              `json:"version"`
 	Node    string           `json:"node"`
 	Boot    string           `json:"boot"`
 	Clock   string           `json:"clock"`
@@ -150,7 +158,7 @@ func (d *Dir) Publish(p liveness.Permit, now func() time.Duration) error {
 		}
 		return int64(t + shift)
 	}
-	f := permitFile{Node: string(d.node), Boot: boot, Clock: clockName, Written: int64(host), Until: conv(p.Until), Margin: int64(p.Margin)}
+	f := permitFile{Version: PermitVersion, Node: string(d.node), Boot: boot, Clock: clockName, Written: int64(host), Until: conv(p.Until), Margin: int64(p.Margin)}
 	if len(p.Volumes) > 0 {
 		f.Volumes = make(map[string]int64, len(p.Volumes))
 		for id, t := range p.Volumes {
@@ -179,6 +187,8 @@ func (d *Dir) Read() (liveness.Permit, time.Duration, error) {
 		return liveness.Permit{}, 0, fmt.Errorf("read the permit: %w", err)
 	}
 	switch {
+	case f.Version != PermitVersion:
+		return liveness.Permit{}, 0, fmt.Errorf("the permit %s is of version %d, this reader knows %d: %w", path, f.Version, PermitVersion, ports.ErrPermitVersion)
 	case f.Node != string(d.node):
 		return liveness.Permit{}, 0, fmt.Errorf("the permit %s is node %q's, not %s's", path, f.Node, d.node)
 	case f.Clock != clockName:

@@ -3,9 +3,11 @@
 package permitfile
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,13 +107,49 @@ func TestAMissingOrStalePermitIsNone(t *testing.T) {
 	if p, _, err := New(dir, "a", n.opts()).Read(); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("a permit of the last boot read as %+v, %v", p, err)
 	}
-	// A file that is not a permit at all is an error (the watchdog fences
-	// on any error).
+	// A file that is not a permit at all is an error (an armed watchdog
+	// fences on it).
 	if err := os.WriteFile(PermitPath(dir, "a"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := New(dir, "a", n.opts()).Read(); err == nil {
-		t.Fatal("a broken permit read")
+	if _, _, err := New(dir, "a", n.opts()).Read(); err == nil || errors.Is(err, ports.ErrNotFound) || errors.Is(err, ports.ErrPermitVersion) {
+		t.Fatalf("a broken permit read: %v", err)
+	}
+}
+
+// A permit is written with its format's version and read only in it: one
+// of another version (a newer daemon's, or one without any) is
+// ErrPermitVersion, whatever it holds.
+func TestAPermitOfAnotherVersionIsNotUnderstood(t *testing.T) {
+	dir := t.TempDir()
+	n := newNode(1000*s, "boot-1")
+	if err := New(dir, "a", n.opts()).Publish(liveness.Permit{Until: 5 * s}, func() time.Duration { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(PermitPath(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"version":1`) {
+		t.Fatalf("written without its version: %s", b)
+	}
+	for _, other := range []string{`"version":2`, `"version":0`} {
+		if err := os.WriteFile(PermitPath(dir, "a"), []byte(strings.Replace(string(b), `"version":1`, other, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := New(dir, "a", n.opts()).Read(); !errors.Is(err, ports.ErrPermitVersion) {
+			t.Fatalf("%s read: %v", other, err)
+		}
+	}
+	var f map[string]any
+	_ = json.Unmarshal(b, &f)
+	delete(f, "version")
+	nov, _ := json.Marshal(f)
+	if err := os.WriteFile(PermitPath(dir, "a"), nov, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := New(dir, "a", n.opts()).Read(); !errors.Is(err, ports.ErrPermitVersion) {
+		t.Fatalf("a permit without a version read: %v", err)
 	}
 }
 

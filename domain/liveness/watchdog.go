@@ -50,13 +50,32 @@ import (
 //     is sent): a daemon that dies right after leaves that bound behind,
 //     and the new taker may take over only once the lease is lost, 2
 //     Margin after that bound.
-//   - No permit of this boot (none ever written, or one written before the
-//     node rebooted, whose instants mean nothing now): nothing is known of
-//     the lease, and the watchdog fences. A daemon publishes after its
-//     first renewal was answered and never removes the permit, so on a
-//     node whose daemon ran since it booted, the permit is there across the
-//     daemon's restarts; a pod published before that first permit was
-//     published by a daemon that had not renewed the lease since the boot.
+//   - A watchdog arms only once it has read a permit of this boot in a
+//     version it understands; until then it fences nothing. No permit of
+//     this boot means the node's daemon has not published one since the
+//     node booted: an older daemon that publishes none (a volume manager
+//     upgraded before its daemon must not fence its primary at once), or
+//     a new one that has not renewed yet. Neither leaves a primary
+//     unwatched: a daemon that publishes permits lets no read/write
+//     publish through (the only way a pod comes to write a replicated
+//     volume) before it has published one itself, and never removes it,
+//     so every pod writing on such a node was published after the permit
+//     was there, and the watchdog of its volume, looking at least every
+//     Poll, has armed by the time the pod mounts plus Poll. A permit of a
+//     version it does not understand (a newer daemon's) disarms it: an
+//     older volume manager next to a newer daemon does not fence, as
+//     before watchdogs existed (the newer daemon's guard still does).
+//   - Armed, a watchdog fences when the permit is gone or unreadable: the
+//     daemon never removes it and a reboot ends the watchdog's process
+//     too, so only an operator (or a broken disk) makes it go, and
+//     nothing then tells that the node holds its lease. A permit left by
+//     a daemon that was removed or downgraded to one that publishes none
+//     runs out: its watchdogs fence their primaries once it has. A fence
+//     stops writes and keeps the data (the writers killed, the pods' mounts
+//     covered; what they wrote stays on the copy, no takeover follows while
+//     the daemon renews the lease); the pods stay on the placeholder until
+//     the permit file is removed, the replica pods restarted (their new
+//     watchdogs do not arm) and the pods restarted by hand.
 //
 // A replica known to be no active primary (its volume manager's last view
 // shows another primary, or none) has no pod writing it and is not fenced.
@@ -111,10 +130,17 @@ func (c Config) Grant(st Standing, terms []Term, free []volume.ID) Permit {
 
 // WatchInput is what a volume manager's watchdog knows when it looks.
 type WatchInput struct {
-	// Published: a permit of this node's current boot was read (Permit).
+	// Published: a permit of this node's current boot, in a version the
+	// watchdog understands, was read now (Permit).
 	Published bool
-	Permit    Permit
-	Volume    volume.ID
+	// Newer: the permit found is of a version the watchdog does not
+	// understand (a newer daemon's).
+	Newer bool
+	// Armed: an earlier look of this watchdog read a permit (Published),
+	// and none since was Newer (WatchVerdict.Armed of the last look).
+	Armed  bool
+	Permit Permit
+	Volume volume.ID
 	// Now is the instant of the look, on the permit's clock.
 	Now time.Duration
 	// Poll is the watchdog's period as configured.
@@ -127,33 +153,54 @@ type WatchInput struct {
 // WatchVerdict says whether a volume manager must fence its primary now,
 // and when to look again at the latest.
 type WatchVerdict struct {
-	Fence  bool
+	Fence bool
+	// Armed is the watchdog's state after this look (WatchInput.Armed of
+	// the next).
+	Armed  bool
 	Next   time.Duration
 	Reason string
 }
 
-// Watch is the watchdog's rule (see the argument above): fence once the
-// volume's deadline has passed (Now at or after it, as the guard's own
-// Decide), or when no permit of this boot was read; never a replica known
-// to be no primary. It looks again at least every Margin/2.
+// Watch is the watchdog's rule (see the argument above): once armed (a
+// permit of this boot read), fence once the volume's deadline has passed
+// (Now at or after it, as the guard's own Decide), or when the permit is
+// gone or unreadable; never before a permit was read, nor on a newer
+// daemon's permit, nor a replica known to be no primary. It looks again
+// at least every Margin/2 of the permit read.
 func Watch(in WatchInput) WatchVerdict {
 	next := in.Poll
 	if in.Published && in.Permit.Margin > 0 {
 		next = min(next, in.Permit.Margin/2)
 	}
 	next = max(next, time.Millisecond)
-	if in.Secondary {
-		return WatchVerdict{Next: next, Reason: "the replica here is not the active primary"}
-	}
-	if !in.Published {
-		return WatchVerdict{Fence: true, Next: next, Reason: "the node's daemon has published no deadline since the node booted: nothing tells that the node holds its lease"}
+	armed := (in.Armed || in.Published) && !in.Newer
+	v := WatchVerdict{Armed: armed, Next: next}
+	switch {
+	case in.Secondary:
+		v.Reason = "the replica here is not the active primary"
+		return v
+	case in.Newer:
+		v.Reason = "the node's write permit is of a version this volume manager does not understand (a newer daemon's): not watched here"
+		return v
+	case !armed:
+		v.Reason = "the node's daemon has published no write permit since the node booted (an older daemon publishes none, a newer one before its first renewal lets no pod write): not watched yet"
+		return v
+	case !in.Published:
+		v.Fence = true
+		v.Reason = "the node's write permit this watchdog watched is gone or unreadable: nothing tells that the node holds its lease"
+		return v
 	}
 	d := in.Permit.Deadline(in.Volume)
 	if in.Now < d {
 		if d == Forever {
-			return WatchVerdict{Next: next, Reason: "no other node may take the volume over"}
+			v.Reason = "no other node may take the volume over"
+			return v
 		}
-		return WatchVerdict{Next: min(next, d-in.Now), Reason: fmt.Sprintf("the node's guard lets the primary write for %s more", d-in.Now)}
+		v.Next = min(next, d-in.Now)
+		v.Reason = fmt.Sprintf("the node's guard lets the primary write for %s more", d-in.Now)
+		return v
 	}
-	return WatchVerdict{Fence: true, Next: next, Reason: fmt.Sprintf("the node's guard let the primary write until %s ago, and has not renewed that (its lease ran out, or the daemon is down)", in.Now-d)}
+	v.Fence = true
+	v.Reason = fmt.Sprintf("the node's guard let the primary write until %s ago, and has not renewed that (its lease ran out, or the daemon is down)", in.Now-d)
+	return v
 }

@@ -11,7 +11,7 @@ import (
 
 const ms = time.Millisecond
 
-func TestTheWatchdogFencesOnceTheGuardsDeadlineHasPassedOrWhenNoneWasPublished(t *testing.T) {
+func TestTheWatchdogFencesOnceTheGuardsDeadlineHasPassedOrWhenItsPermitWentAway(t *testing.T) {
 	p := Permit{Until: 10 * s, Margin: 500 * ms, Volumes: map[volume.ID]time.Duration{"promised": 12 * s, "fenced": 9 * s, "free": Forever}}
 	cases := []struct {
 		name  string
@@ -27,7 +27,10 @@ func TestTheWatchdogFencesOnceTheGuardsDeadlineHasPassedOrWhenNoneWasPublished(t
 		{"a volume's own deadline: its takers promised", WatchInput{Published: true, Permit: p, Volume: "promised", Now: 11 * s, Poll: 200 * ms}, false, 200 * ms, "more"},
 		{"a volume the guard fenced although the lease runs", WatchInput{Published: true, Permit: p, Volume: "fenced", Now: 9 * s, Poll: 200 * ms}, true, 200 * ms, "ago"},
 		{"a volume nobody may take over", WatchInput{Published: true, Permit: p, Volume: "free", Now: 1000 * s, Poll: 200 * ms}, false, 200 * ms, "no other node"},
-		{"no permit of this boot", WatchInput{Volume: "v", Now: 9 * s, Poll: 200 * ms}, true, 200 * ms, "no deadline"},
+		{"no permit of this boot, never one read: not armed (an older daemon)", WatchInput{Volume: "v", Now: 9 * s, Poll: 200 * ms}, false, 200 * ms, "not watched yet"},
+		{"armed, the permit gone or unreadable", WatchInput{Armed: true, Volume: "v", Now: 9 * s, Poll: 200 * ms}, true, 200 * ms, "gone or unreadable"},
+		{"armed, a newer daemon's permit", WatchInput{Armed: true, Newer: true, Volume: "v", Now: 9 * s, Poll: 200 * ms}, false, 200 * ms, "does not understand"},
+		{"armed, deadline passed", WatchInput{Armed: true, Published: true, Permit: p, Volume: "v", Now: 11 * s, Poll: 200 * ms}, true, 200 * ms, "until 1s ago"},
 		{"a secondary, deadline passed", WatchInput{Published: true, Permit: p, Volume: "v", Now: 11 * s, Poll: 200 * ms, Secondary: true}, false, 200 * ms, "not the active primary"},
 		{"a secondary, no permit", WatchInput{Volume: "v", Now: 11 * s, Poll: 200 * ms, Secondary: true}, false, 200 * ms, "not the active primary"},
 		{"a period longer than half the margin is cut to it", WatchInput{Published: true, Permit: p, Volume: "v", Now: 5 * s, Poll: time.Second}, false, 250 * ms, "more"},
@@ -38,6 +41,38 @@ func TestTheWatchdogFencesOnceTheGuardsDeadlineHasPassedOrWhenNoneWasPublished(t
 		if v.Fence != c.fence || v.Next != c.next || !strings.Contains(v.Reason, c.why) {
 			t.Errorf("%s: %+v, want fence %v, next %s, reason with %q", c.name, v, c.fence, c.next, c.why)
 		}
+	}
+}
+
+// A watchdog arms on the first permit it reads and stays armed while it
+// reads none (gone, unreadable) or a secondary's look passes; a newer
+// daemon's permit disarms it, a permit it understands arms it again.
+func TestAWatchdogArmsOnlyOnAPermitItUnderstands(t *testing.T) {
+	p := Permit{Until: 10 * s, Margin: 500 * ms}
+	steps := []struct {
+		name  string
+		in    WatchInput
+		armed bool
+		fence bool
+	}{
+		{"no permit yet (an older daemon)", WatchInput{}, false, false},
+		{"still none", WatchInput{}, false, false},
+		{"a secondary reads one", WatchInput{Published: true, Permit: p, Secondary: true}, true, false},
+		{"a permit, deadline ahead", WatchInput{Published: true, Permit: p, Now: 9 * s}, true, false},
+		{"the permit gone", WatchInput{}, true, true},
+		{"a newer daemon's permit", WatchInput{Newer: true}, false, false},
+		{"none after it", WatchInput{}, false, false},
+		{"ours again, deadline passed", WatchInput{Published: true, Permit: p, Now: 10 * s}, true, true},
+	}
+	armed := false
+	for _, st := range steps {
+		in := st.in
+		in.Armed, in.Volume, in.Poll = armed, "v", 200*ms
+		v := Watch(in)
+		if v.Armed != st.armed || v.Fence != st.fence {
+			t.Fatalf("%s: armed %v, fence %v; want %v, %v (%s)", st.name, v.Armed, v.Fence, st.armed, st.fence, v.Reason)
+		}
+		armed = v.Armed
 	}
 }
 
