@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"go.uber.org/mock/gomock"
@@ -12,8 +13,8 @@ import (
 	"github.com/ferry-csi/ferry/ports/mocks"
 )
 
-// A publish's claim acknowledges a taker under the same rule as the
-// guard's acknowledgement (the lease held, the permit bounding the volume
+// A publish's claim waits for this daemon's first permit, and
+// acknowledges a taker under the same rule as the guard's acknowledgement (the lease held, the permit bounding the volume
 // first); refused that, it still resumes the term, so the pod is not held
 // back, and the copy waits for the guard's acknowledgement.
 func TestAClaimAcknowledgesATakerOnlyOnceThePermitBoundsItsVolume(t *testing.T) {
@@ -33,9 +34,25 @@ func TestAClaimAcknowledgesATakerOnlyOnceThePermitBoundsItsVolume(t *testing.T) 
 		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
 	g.PublishPermits(box, box)
 
-	// No lease yet: resumed, nobody acknowledged.
+	// No permit published by this daemon yet (no renewal answered since
+	// it started): the claim is refused, nothing written (the pod waits:
+	// an upgraded volume manager's watchdog arms only on a permit).
+	if err := takers.Claim(ctx, "single"); !errors.Is(err, errNoPermitYet) {
+		t.Fatalf("claimed before the node's permit was published: %v", err)
+	}
+	if st, _ := cluster.Get(ctx, "single"); st.Replicas[0].Resumed != 0 {
+		t.Fatalf("resumed %d times before the permit was published", st.Replicas[0].Resumed)
+	}
+
+	// A renewal answered but refused: the permit is published (the lease
+	// passed) with the claim, which resumes the term; nobody acknowledged.
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = g.RenewOnce(ctx)
 	if err := takers.Claim(ctx, "single"); err != nil {
 		t.Fatal(err)
+	}
+	if box.count() == 0 {
+		t.Fatal("claimed, no permit published")
 	}
 	st, _ := cluster.Get(ctx, "single")
 	if st.Replicas[1].Taker || st.Replicas[0].Resumed != 1 {

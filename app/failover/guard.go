@@ -84,10 +84,33 @@ func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 // (liveness.Watch); and give back the pods of the volumes they fenced
 // (records) once they may write again. From then on a taker is
 // acknowledged (Takers) only while the node holds its lease and only once
-// the permit bounds its volume by the lease.
+// the permit bounds its volume by the lease; and a read/write publish
+// (Takers.Claim) only once this process has published the permit.
 func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords) {
 	g.permits, g.records = permits, records
 	g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
+	g.takers.BeforeClaim(g.permitBeforeClaim)
+}
+
+// permitBeforeClaim refuses a read/write publish until this process has
+// published the node's permit (liveness.Watch): a volume manager's
+// watchdog arms only on a permit, so a pod writing a replicated volume
+// here was published after there was one, which no daemon removes; its
+// watchdog arms within its period, whatever happens to this daemon.
+func (g *Guard) permitBeforeClaim() error {
+	g.pubMu.Lock()
+	published := g.published
+	g.pubMu.Unlock()
+	if !published {
+		g.publish() // a renewal answered since: publish now rather than at the next check
+		g.pubMu.Lock()
+		published = g.published
+		g.pubMu.Unlock()
+	}
+	if !published {
+		return errNoPermitYet
+	}
+	return nil
 }
 
 var errNoPermitYet = errors.New("this daemon has not published the node's write permit yet (its first renewal is not answered)")

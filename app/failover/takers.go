@@ -30,6 +30,17 @@ type Takers struct {
 	// before runs before a taker is recorded and its acknowledgement sent
 	// (the Guard's bound on the volume's permit); its error stops both.
 	before func(id volume.ID, epoch replica.Epoch) error
+	// beforeClaim runs before a claim (the Guard: the node's permit is
+	// published); its error refuses the claim.
+	beforeClaim func() error
+}
+
+// BeforeClaim makes f run before every Claim: an error from f refuses the
+// claim (nothing is written; the publish is retried).
+func (t *Takers) BeforeClaim(f func() error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.beforeClaim = f
 }
 
 // BeforeAcknowledge makes f run before any taker of a volume is
@@ -120,8 +131,17 @@ func (t *Takers) runBefore(id volume.ID, epoch replica.Epoch) error {
 // it refuses (the node does not hold its lease, or the permit does not
 // bound the volume yet), the term is resumed alone and the pod is not
 // held back; the Guard acknowledges them later, as it does every copy
-// that reports.
+// that reports. BeforeClaim's function runs first: its error refuses the
+// claim, and the pod waits.
 func (t *Takers) Claim(ctx context.Context, id volume.ID) error {
+	t.mu.Lock()
+	beforeClaim := t.beforeClaim
+	t.mu.Unlock()
+	if beforeClaim != nil {
+		if err := beforeClaim(); err != nil {
+			return fmt.Errorf("claim %s for a pod here: %w", id, err)
+		}
+	}
 	var acked []replica.Node
 	var notYet error
 	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
