@@ -241,8 +241,11 @@ func (g *Guard) overtakenNow(id volume.ID) bool {
 
 // takeRecords hands the volumes their volume manager's watchdog fenced
 // (its records) to giveBackPods once the permit lets them write again,
-// unless this guard fenced them itself (then its own flow gives them
-// back).
+// unless this guard fences them itself, as the primary here or as an
+// unknown copy (then its own give-back takes the record along, here once
+// it is lifted). A guard's fence of a term that ended meanwhile (taken
+// over while fenced) is given back by nothing: its record is given back
+// as any other, which clears it without a restart (giveBackPods).
 func (g *Guard) takeRecords() {
 	if g.records == nil {
 		return
@@ -252,6 +255,11 @@ func (g *Guard) takeRecords() {
 		g.log.Warn("the watchdogs' fence records were not read; their pods are given back later", zap.Error(err))
 		return
 	}
+	known, here := map[volume.ID]bool{}, map[volume.ID]bool{}
+	for _, st := range g.volumes.All() {
+		self, listed := st.Replica(g.cfg.Node)
+		known[st.Volume], here[st.Volume] = true, listed && self.Active && st.Primary == g.cfg.Node
+	}
 	g.pubMu.Lock()
 	p, published := g.permit, g.published
 	g.pubMu.Unlock()
@@ -259,7 +267,9 @@ func (g *Guard) takeRecords() {
 	defer g.mu.Unlock()
 	now := g.clock()
 	for id, why := range recs {
-		if _, own := g.fenced[id]; own || !published || now >= p.Deadline(id) || g.recorded[id] == why {
+		_, fenced := g.fenced[id]
+		own := fenced && (here[id] || !known[id])
+		if own || !published || now >= p.Deadline(id) || g.recorded[id] == why {
 			continue
 		}
 		g.recorded[id] = why
