@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +236,52 @@ func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
 	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
 	if fresh.Secondary() {
 		t.Fatal("a volume manager that has read nothing says it is a secondary")
+	}
+}
+
+// A secondary's volume manager started while the node's permit has run out
+// (its daemon down) knows nothing of its replica before its first read of
+// the state: its watchdog fences what mounts the copy, read-only pods
+// included, and records it for the daemon (which gives them back whoever
+// the primary is: failover's
+// TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs); once it has read
+// the state it fences no more.
+func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.start("b")
+	c.start("a")
+	c.eventually("b holds a copy", func() bool { return c.newestStored("b") > 0 })
+	c.eventually("b has read the state", c.reps["b"].Secondary)
+	info, err := c.stores["b"].GetVolume(ctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's volume manager as it restarts: nothing read yet, then what its
+	// running one has read.
+	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
+	var read atomic.Bool
+	secondary := func() bool {
+		if read.Load() {
+			return c.reps["b"].Secondary()
+		}
+		return fresh.Secondary()
+	}
+	pod := "/kubelet/pods/ro/volumes/kubernetes.io~csi/pv/mount"
+	ctrl := gomock.NewController(t)
+	fencer := mocks.NewMockFencer(ctrl)
+	desk := &permitDesk{}
+	desk.set(time.Second, time.Hour) // armed, long passed
+	mounts := &mountsOf{points: []string{info.MountPath, pod}}
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
+		c.stores["b"], mounts, fencer, c.events, zap.NewNop())
+	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
+	w.Check(ctx)
+	if got, _ := desk.Recorded(); got[volID] == "" {
+		t.Fatal("a secondary's pods fenced before its first read, and no record for the daemon to give them back")
+	}
+	read.Store(true)
+	w.Check(ctx) // a publish's mount is still listed: a second Fence would fail the mock
+	if w.Fencing() {
+		t.Fatal("still fencing a replica known to be a secondary")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,7 +275,7 @@ func (g *Guard) takeRecords() {
 		}
 		g.recorded[id] = why
 		if _, ok := g.giveBack[id]; !ok {
-			g.giveBack[id] = "its volume manager's watchdog fenced it: " + why
+			g.giveBack[id] = reasonWatchdog + why
 			g.log.Info("the node may write again", zap.String("volume", string(id)), zap.String("fenced because", why))
 		}
 	}
@@ -522,14 +523,16 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 		// a takeover decided on the lease verdict this node outlived is
 		// then refused); a takeover seen late evicts the pods itself,
 		// elsewhere. A copy fenced unknown may have been a secondary's,
-		// its pods read-only: they go back whoever the primary is. A
+		// its pods read-only: they go back whoever the primary is; so do
+		// those a watchdog fenced (a secondary's volume manager fences
+		// before its first read of the state, not knowing it is one). A
 		// volume gone has nothing to give back.
 		mine, err := g.takers.Resume(ctx, id)
 		if errors.Is(err, ports.ErrNotFound) {
 			mine, err = false, nil
 			why = ""
 		}
-		if why == reasonUnknown && err == nil {
+		if (why == reasonUnknown || strings.HasPrefix(why, reasonWatchdog)) && err == nil {
 			mine = true
 		}
 		if err == nil && !mine {
@@ -755,6 +758,10 @@ func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 	}
 	return next
 }
+
+// reasonWatchdog begins the give-back's reason of a volume its watchdog
+// fenced (takeRecords).
+const reasonWatchdog = "its volume manager's watchdog fenced it: "
 
 const reasonUnknown = "the node's lease ran out and its view names no state of this local copy (it may be a primary another node takes over)"
 

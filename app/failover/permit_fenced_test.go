@@ -151,40 +151,58 @@ func TestAnUnknownCopyTheGuardFencedIsNeverForever(t *testing.T) {
 }
 
 // The record of a volume its watchdog fenced goes with main's give-back
-// whether or not the node is still the volume's primary: taken over
-// meanwhile, no pod is restarted (the takeover evicts them) and the
-// record is cleared all the same.
-func TestAWatchdogsRecordOfAVolumeTakenOverIsClearedWithoutARestart(t *testing.T) {
-	ctrl := gomock.NewController(t)
-	ctx := context.Background()
-	clock := &fakeClock{}
-	st := primaryState("rep", "a", "b")
-	if err := replica.Takeover(&st, "b", "a", 1); err != nil {
+// whether or not the node is still the volume's primary, and its pods here
+// are restarted whoever the primary is, as an unknown copy's: the fence
+// covered every mount of the copy, and the watchdog of a secondary fences
+// too before its volume manager's first read of the state (read-only pods
+// then sit on the placeholder, and no takeover deletes them); a volume
+// taken over from here has had its pods deleted by the takeover already
+// (deleting them again changes nothing).
+func TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs(t *testing.T) {
+	over := primaryState("rep", "a", "b")
+	if err := replica.Takeover(&over, "b", "a", 1); err != nil {
 		t.Fatal(err)
 	}
-	cluster := fakecluster.New()
-	if _, err := cluster.Create(ctx, st); err != nil {
-		t.Fatal(err)
-	}
-	lease := mocks.NewMockNodeLease(ctrl)
-	lease.EXPECT().Renew(gomock.Any()).Return(nil).AnyTimes()
-	info := ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}
-	store := mocks.NewMockSnapshotStore(ctrl)
-	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(info, nil).AnyTimes()
-	mounts := mocks.NewMockMountTable(ctrl)
-	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep"}, nil).AnyTimes() // the watchdog covered the pod's mount
-	vols := NewVolumes()
-	vols.Saw(st)
-	box := &permitBox{}
-	_ = box.Record("rep", "the deadline passed")
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
-		mounts, mocks.NewMockFencer(ctrl), mocks.NewMockFailoverEffects(ctrl), nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box)
-	if err := g.RenewOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g.Check(ctx) // no EvictPods: gomock fails on one
-	if got, _ := box.Recorded(); len(got) != 0 {
-		t.Fatalf("records left: %v", got)
+	secondary := primaryState("rep", "a", "b") // b the active primary, a a taker
+	secondary.Primary = "b"
+	secondary.Replicas[0].Active, secondary.Replicas[1].Active = false, true
+	secondary.Replicas[0].Taker, secondary.Replicas[1].Taker = true, false
+	for name, st := range map[string]replica.State{"taken over from here": over, "a secondary here": secondary} {
+		t.Run(name, func(t *testing.T) {
+			ctrl := gomock.NewController(t)
+			ctx := context.Background()
+			clock := &fakeClock{}
+			cluster := fakecluster.New()
+			if _, err := cluster.Create(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			lease := mocks.NewMockNodeLease(ctrl)
+			lease.EXPECT().Renew(gomock.Any()).Return(nil).AnyTimes()
+			info := ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}
+			store := mocks.NewMockSnapshotStore(ctrl)
+			store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(info, nil).AnyTimes()
+			mounts := mocks.NewMockMountTable(ctrl)
+			mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep"}, nil).AnyTimes() // the watchdog covered the pod's mount
+			vols := NewVolumes()
+			vols.Saw(st)
+			box := &permitBox{}
+			_ = box.Record("rep", "the deadline passed")
+			eff := mocks.NewMockFailoverEffects(ctrl)
+			eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/reader-0"}, nil).Times(1)
+			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
+				mounts, mocks.NewMockFencer(ctrl), eff, nopEvents{}, zap.NewNop())
+			g.PublishPermits(box, box)
+			if err := g.RenewOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			g.Check(ctx)
+			g.Check(ctx) // once: a second EvictPods fails the mock
+			if got, _ := box.Recorded(); len(got) != 0 {
+				t.Fatalf("records left: %v", got)
+			}
+			if got, _ := cluster.Get(ctx, "rep"); got.Primary != st.Primary || got.Epoch != st.Epoch {
+				t.Fatalf("the give-back changed the state: %+v", got)
+			}
+		})
 	}
 }
