@@ -48,7 +48,9 @@ func (e *events) Record(_ context.Context, _ volume.ID, ev ports.Event) {
 	e.got = append(e.got, ev)
 }
 
-// The daemon renews the node's permit for two seconds, then is gone (its
+// An older daemon publishes no permit for a second: the watchdog is not
+// armed and fences nothing. Then the daemon renews the node's permit for
+// two seconds, then is gone (its
 // process killed): the writer holding a file on the primary's filesystem
 // through a pod's mount writes on while the permit runs, is killed once
 // its deadline has passed (not before, and within a margin of it), the
@@ -112,7 +114,6 @@ func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T
 		}
 		lastDeadline = start.Add(now + 1500*time.Millisecond)
 	}
-	publish()
 
 	ev := &events{}
 	node := permitfile.New(control, "a", permitfile.Options{})
@@ -123,7 +124,21 @@ func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T
 	go func() { w.Run(wctx); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	for time.Since(start) < 2*time.Second {
+	// First an older daemon, which publishes no permit (the volume
+	// manager was upgraded first): the watchdog is not armed, the writer
+	// writes on.
+	select {
+	case at := <-exited:
+		t.Fatalf("the writer stopped at %s with no permit ever published (an older daemon) (%v)", time.Since(start)-time.Since(at), waitErr)
+	case <-time.After(time.Second):
+	}
+	if w.Fencing() {
+		t.Fatal("the watchdog fenced next to a daemon that publishes no permit")
+	}
+	renewing := time.Now()
+	publish()
+
+	for time.Since(renewing) < 2*time.Second {
 		select {
 		case at := <-exited:
 			t.Fatalf("the writer stopped at %s while the daemon renewed the permit (%v)", at.Sub(start), waitErr)
@@ -169,9 +184,15 @@ func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T
 	if err != nil || !ok || m.Source != ports.FencedMountSource || !m.ReadOnly {
 		t.Fatalf("the pod's target after the fence: %+v mounted %v (%v), want the read-only placeholder", m, ok, err)
 	}
-	recs, err := node.Recorded()
-	if err != nil || recs[id] == "" {
-		t.Fatalf("no record for the daemon: %v %v", recs, err)
+	// (The record follows the fence.)
+	for until := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		recs, err := node.Recorded()
+		if err == nil && recs[id] != "" {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("no record for the daemon: %v %v", recs, err)
+		}
 	}
 	ev.mu.Lock()
 	if len(ev.got) != 1 || ev.got[0].Reason != "Fenced" {
