@@ -10,7 +10,7 @@ GOTEST      ?= go test
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -91,6 +91,9 @@ REPLICATION_TESTS = FERRY_BIN=$(BIN)/ferry $(1) $(GOTEST) -tags replication -cou
 test-replication: build zfs-up ## replication end to end: 3 pools, 3 volume managers per volume, mTLS over 127.0.0.1
 	$(call REPLICATION_TESTS)
 
+test-watchdog: ## a primary's watchdog with no daemon, as root: the permit runs out, a writer on the volume through a pod's mount is killed, the mount covered
+	$(GOTEST) -tags watchdog -count=1 -v ./tests/watchdog/
+
 # The same scenarios with every core saturated (BUSY_LOOPS busy loops, two
 # for this 2-core machine): waits must follow progress, not timing luck.
 BUSY_LOOPS ?= 2
@@ -119,7 +122,7 @@ bench-replication-ssh: zfs-up ## the same, with zfs send | mbuffer | ssh | mbuff
 	    echo "bench-replication-ssh: not run: missing$$missing (Debian: apt-get install -y mbuffer openssh-server openssh-client)"; exit 1; fi
 	go run ./tests/bench/replication -ssh $(BENCH_REPLICATION_FLAGS)
 
-test: lint-layers vet unit sanity test-replication ## everything CI runs
+test: lint-layers vet unit sanity test-replication test-watchdog ## everything CI runs
 	@echo "make test: all passed"
 
 clean: ## remove build outputs

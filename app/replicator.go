@@ -88,6 +88,8 @@ type Replicator struct {
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
 	// the estimate of a full stream's length, for the ETA.
 	peerSizes map[uint64]int64
+	// observed: a state of the volume was read since the start.
+	observed bool
 }
 
 // TransferStatus is a snapshot of a transfer's progress. EstimatedBytes
@@ -139,6 +141,16 @@ func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster port
 		wake: make(chan struct{}, 1), statusChanged: make(chan struct{}),
 		m: replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
 	}
+}
+
+// Secondary reports whether the replica is known to be no active
+// primary: a state was read since the start and shows another primary or
+// none, and no acquisition is under way or done (its pod may be mounted
+// before the next read shows the promotion). Unknown is not secondary.
+func (r *Replicator) Secondary() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observed && !r.status.Primary && !r.status.Acquired && !r.status.Acquiring && !r.promoting
 }
 
 // Status returns a copy of the replica's status.
@@ -485,6 +497,7 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 	self, _ := st.Replica(r.cfg.Node)
 	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
 	r.status.Primary = st.Primary == r.cfg.Node && self.Active
+	r.observed = true
 	r.mu.Unlock()
 	r.publishStatus()
 	return nil

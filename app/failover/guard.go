@@ -20,8 +20,10 @@ import (
 // node may no longer write (liveness.Decide): neither its lease (held
 // Duration - Margin after sending the last renewal the server accepted)
 // nor a running promise of every node that could take the volume over.
-// Fencing lives in the daemon, not in the volume managers: a crashed
-// volume manager does not disable it.
+// Fencing lives in the daemon: a crashed volume manager does not disable
+// it. Nor does a daemon that is down: the guard publishes its verdicts as
+// the node's write permit (PublishPermits), on which each primary's
+// volume manager fences on its own (liveness.Watch, app.Watchdog).
 type Guard struct {
 	cfg     Config
 	clock   Clock
@@ -45,6 +47,18 @@ type Guard struct {
 	giveBack   map[volume.ID]liveness.Fence // fenced, may write again: its pods still to restart
 	mine       map[volume.ID]bool           // active primary here at the last check
 	looked     map[volume.ID]bool           // looked at by checkTakenOver since this process started
+	recorded   map[volume.ID]string // fenced by their volume manager's watchdog (its record), given back with giveBack
+	overtaken  map[volume.ID]bool   // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
+
+	// The node's write permit for the volume managers' watchdogs (nil:
+	// none published). pubMu orders the publications.
+	permits    ports.PermitPublisher
+	records    ports.FenceRecords
+	pubMu      sync.Mutex
+	published  bool                        // this process published a permit
+	permit     liveness.Permit             // the last one it published, on its clock
+	bounded    map[volume.ID]replica.Epoch // never Forever in these terms: a taker's acknowledgement is (or was) under way
+	pubFailing bool
 }
 
 // NewGuard returns the guard of cfg.Node.
@@ -60,7 +74,210 @@ type Guard struct {
 // published anew.
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
-		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{}}
+		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{},
+		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}}
+}
+
+// PublishPermits makes the guard publish, on this node, until when each
+// primary here may write (liveness.Grant: its own verdicts) for the volume
+// managers' watchdogs, which fence on it when this daemon is down
+// (liveness.Watch); and give back the pods of the volumes they fenced
+// (records) once they may write again. From then on a taker is
+// acknowledged (Takers) only while the node holds its lease and only once
+// the permit bounds its volume by the lease; and a read/write publish
+// (Takers.Claim) only once this process has published the permit.
+func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords) {
+	g.permits, g.records = permits, records
+	g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
+	g.takers.BeforeClaim(g.permitBeforeClaim)
+}
+
+// permitBeforeClaim refuses a read/write publish until this process has
+// published the node's permit (liveness.Watch): a volume manager's
+// watchdog arms only on a permit, so a pod writing a replicated volume
+// here was published after there was one, which no daemon removes; its
+// watchdog arms within its period, whatever happens to this daemon.
+func (g *Guard) permitBeforeClaim() error {
+	g.pubMu.Lock()
+	published := g.published
+	g.pubMu.Unlock()
+	if !published {
+		g.publish() // a renewal answered since: publish now rather than at the next check
+		g.pubMu.Lock()
+		published = g.published
+		g.pubMu.Unlock()
+	}
+	if !published {
+		return errNoPermitYet
+	}
+	return nil
+}
+
+var errNoPermitYet = errors.New("this daemon has not published the node's write permit yet (its first renewal is not answered)")
+
+// boundBeforeAcknowledge runs before a taker of volume id in epoch is
+// recorded and acknowledged: the node must hold its lease, and the permit
+// out there must bound the volume (no longer Forever), so that a daemon
+// dying right after leaves a deadline at the lease's end, which passes 2
+// Margin before the new taker may take over.
+func (g *Guard) boundBeforeAcknowledge(id volume.ID, epoch replica.Epoch) error {
+	g.mu.Lock()
+	held := g.clock() < g.leaseUntil
+	g.mu.Unlock()
+	if !held {
+		return errors.New("the node does not hold its lease: no taker is acknowledged before it renews")
+	}
+	g.pubMu.Lock()
+	defer g.pubMu.Unlock()
+	if e, ok := g.bounded[id]; !ok || e < epoch {
+		g.bounded[id] = epoch
+	}
+	if !g.published {
+		return errNoPermitYet // the permit out there is an earlier process's: it may hold id Forever
+	}
+	if g.permit.Deadline(id) != liveness.Forever {
+		return nil
+	}
+	return g.publishLocked()
+}
+
+// publish replaces the node's permit with the guard's verdicts now (once a
+// renewal was answered: before, the permit out there is an earlier
+// process's, whose deadlines still stand).
+func (g *Guard) publish() {
+	if g.permits == nil {
+		return
+	}
+	g.mu.Lock()
+	tried := g.tried
+	g.mu.Unlock()
+	if !tried {
+		return
+	}
+	g.pubMu.Lock()
+	err := g.publishLocked()
+	failing := g.pubFailing
+	g.pubFailing = err != nil
+	g.pubMu.Unlock()
+	switch {
+	case err != nil && !failing:
+		g.log.Error("the node's write permit was not published: the volume managers' watchdogs fence their primaries when the last one published runs out", zap.Error(err))
+	case err == nil && failing:
+		g.log.Info("the node's write permit is published again")
+	}
+}
+
+// publishLocked publishes the guard's verdicts (pubMu held). Besides
+// Grant's: a volume this guard keeps fenced (checkUnknown's, a term's) is
+// never Forever, and one it is fencing because another node took it over
+// under a read/write pod here (checkTakenOver) has a passed deadline
+// until that fence is done, so that its watchdog fences too should this
+// daemon die meanwhile.
+func (g *Guard) publishLocked() error {
+	all := g.volumes.All()
+	g.takers.Learn(all...)
+	terms := g.takers.Terms()
+	judged := map[volume.ID]bool{}
+	for _, t := range terms {
+		judged[t.Volume] = true
+	}
+	g.mu.Lock()
+	fenced := make(map[volume.ID]bool, len(g.fenced))
+	for id := range g.fenced {
+		fenced[id] = true
+	}
+	for id := range g.overtaken {
+		if !g.volumes.Known(id) {
+			delete(g.overtaken, id) // gone: a volume created again under its name starts anew
+		}
+	}
+	g.mu.Unlock()
+	var free, overtaken []volume.ID
+	for _, st := range all {
+		if e, ok := g.bounded[st.Volume]; ok && st.Epoch > e {
+			delete(g.bounded, st.Volume) // a later term: its takers start anew
+		}
+		self, listed := st.Replica(g.cfg.Node)
+		if !listed || !self.Active || st.Primary != g.cfg.Node {
+			if g.overtakenNow(st.Volume) {
+				overtaken = append(overtaken, st.Volume)
+			}
+			continue
+		}
+		g.mu.Lock()
+		delete(g.overtaken, st.Volume) // the active primary here again
+		g.mu.Unlock()
+		if judged[st.Volume] || fenced[st.Volume] {
+			continue
+		}
+		if _, ok := g.bounded[st.Volume]; ok {
+			continue
+		}
+		free = append(free, st.Volume)
+	}
+	g.mu.Lock()
+	standing := liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: append([]liveness.Promise(nil), g.promises...)}
+	g.mu.Unlock()
+	p := g.cfg.Lease.Grant(standing, terms, free)
+	for _, id := range overtaken {
+		if p.Deadline(id) > standing.Now {
+			p.Volumes[id] = standing.Now // passed: the guard fences it now
+		}
+	}
+	if err := g.permits.Publish(p, g.clock); err != nil {
+		return err
+	}
+	g.published, g.permit = true, p
+	return nil
+}
+
+// overtakenNow says whether the guard is fencing volume id as taken over
+// under a read/write pod here.
+func (g *Guard) overtakenNow(id volume.ID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.overtaken[id]
+}
+
+// takeRecords hands the volumes their volume manager's watchdog fenced
+// (its records) to giveBackPods once the permit lets them write again,
+// unless this guard fences them itself, as the primary here or as an
+// unknown copy (then its own give-back takes the record along, here once
+// it is lifted). A guard's fence of a term that ended meanwhile (taken
+// over while fenced) is given back by nothing: its record is given back
+// as any other, which clears it without a restart (giveBackPods).
+func (g *Guard) takeRecords() {
+	if g.records == nil {
+		return
+	}
+	recs, err := g.records.Recorded()
+	if err != nil {
+		g.log.Warn("the watchdogs' fence records were not read; their pods are given back later", zap.Error(err))
+		return
+	}
+	known, here := map[volume.ID]bool{}, map[volume.ID]bool{}
+	for _, st := range g.volumes.All() {
+		self, listed := st.Replica(g.cfg.Node)
+		known[st.Volume], here[st.Volume] = true, listed && self.Active && st.Primary == g.cfg.Node
+	}
+	g.pubMu.Lock()
+	p, published := g.permit, g.published
+	g.pubMu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock()
+	for id, why := range recs {
+		_, fenced := g.fenced[id]
+		own := fenced && (here[id] || !known[id])
+		if own || !published || now >= p.Deadline(id) || g.recorded[id] == why {
+			continue
+		}
+		g.recorded[id] = why
+		if _, ok := g.giveBack[id]; !ok {
+			g.giveBack[id] = liveness.Fence{Reason: reasonWatchdog + why, Watchdog: true}
+			g.log.Info("the node may write again", zap.String("volume", string(id)), zap.String("fenced because", why))
+		}
+	}
 }
 
 // AskPromises lets the guard ask, when a renewal fails, every node that
@@ -166,6 +383,7 @@ func (g *Guard) RenewOnce(ctx context.Context) error {
 		g.leaseUntil = held
 	}
 	g.mu.Unlock()
+	g.publish() // the watchdogs learn of it at once, even while a check is busy fencing
 	select {
 	case g.renewed <- struct{}{}:
 	default:
@@ -244,6 +462,9 @@ func (g *Guard) standing() liveness.Standing {
 // domain/liveness (fence.go); Check carries them out.
 func (g *Guard) Check(ctx context.Context) time.Duration {
 	next := g.cfg.Lease.Renew
+	// The watchdogs hear the verdicts first: before the fences below,
+	// which may take long.
+	g.publish()
 	next = min(next, g.checkUnknown(ctx))
 	next = min(next, g.checkTakenOver(ctx))
 	g.takers.Learn(g.volumes.All()...)
@@ -280,6 +501,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		delete(g.giveBack, id)
 		g.mu.Unlock()
 	}
+	g.takeRecords() // by the permit published at the start: the watchdogs read it within their period, before a restarted pod is published
 	next = min(next, g.giveBackPods(ctx))
 	return max(next, time.Millisecond)
 }
@@ -314,6 +536,7 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 				g.mu.Lock()
 				delete(g.giveBack, id)
 				g.mu.Unlock()
+				g.clearRecord(id)
 				continue
 			}
 		}
@@ -331,11 +554,27 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 			delete(g.giveBack, id)
 		}
 		g.mu.Unlock()
+		g.clearRecord(id)
 		g.log.Info("pods of a volume no longer fenced restarted", zap.String("volume", string(id)), zap.Strings("pods", pods), zap.String("reason", v.Reason))
 		g.events.Record(ctx, id, ports.Event{Type: ports.EventNormal, Reason: "Unfenced",
 			Message: fmt.Sprintf("the primary on %s may write again without a takeover (it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, f.Reason, pods)})
 	}
 	return next
+}
+
+// clearRecord removes the watchdog's record of id that takeRecords took
+// (not one written since: that fence is still to give back).
+func (g *Guard) clearRecord(id volume.ID) {
+	g.mu.Lock()
+	why, ok := g.recorded[id]
+	delete(g.recorded, id)
+	g.mu.Unlock()
+	if !ok || g.records == nil {
+		return
+	}
+	if err := g.records.Clear(id, why); err != nil {
+		g.log.Warn("a watchdog's fence record was not cleared; its pods may be restarted once more", zap.String("volume", string(id)), zap.Error(err))
+	}
 }
 
 // checkTakenOver fences a volume whose term here ended under a pod still
@@ -349,6 +588,7 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 		in := liveness.TakenOverView{Self: g.cfg.Node, State: st, SeenActive: g.mine[st.Volume], FirstLook: !g.looked[st.Volume]}
 		if liveness.FenceTakenOver(in).Act == liveness.StillPrimary {
 			g.mine[st.Volume] = true
+			delete(g.overtaken, st.Volume)
 			g.mu.Unlock()
 			continue
 		}
@@ -356,6 +596,11 @@ func (g *Guard) checkTakenOver(ctx context.Context) time.Duration {
 		g.mu.Unlock()
 		err := g.carryTakenOver(ctx, in)
 		if err == nil {
+			// Looked at: fenced, or nothing to fence: the permit's passed
+			// deadline for it goes.
+			g.mu.Lock()
+			delete(g.overtaken, st.Volume)
+			g.mu.Unlock()
 			continue
 		}
 		next = min(next, 100*time.Millisecond)
@@ -394,7 +639,7 @@ func (g *Guard) carryTakenOver(ctx context.Context, in liveness.TakenOverView) e
 			in.PrimaryNow = liveness.ReadingOf(mine)
 			continue
 		case liveness.FenceTaken:
-			if err := g.fence(ctx, id, v.Reason); err != nil && !errors.Is(err, ports.ErrNotFound) {
+			if err := g.fenceTakenOver(ctx, id, v.Reason); err != nil && !errors.Is(err, ports.ErrNotFound) {
 				return err
 			}
 		case liveness.NotTakenOver, liveness.StillPrimary:
@@ -406,6 +651,23 @@ func (g *Guard) carryTakenOver(ctx context.Context, in liveness.TakenOverView) e
 		g.mu.Unlock()
 		return nil
 	}
+}
+
+// fenceTakenOver fences volume id, taken over under a read/write pod
+// here, after publishing a passed deadline for it (the watchdogs hear the
+// verdict first, as for a term the guard fences: a daemon dying during
+// the fence leaves its volume manager's watchdog fencing); the deadline
+// stays passed until a look at the volume ends without an error (its
+// fence done, or nothing left to fence).
+func (g *Guard) fenceTakenOver(ctx context.Context, id volume.ID, reason string) error {
+	g.mu.Lock()
+	marked := g.overtaken[id]
+	g.overtaken[id] = true
+	g.mu.Unlock()
+	if !marked {
+		g.publish()
+	}
+	return g.fence(ctx, id, reason)
 }
 
 // readWriteTargets reports whether the volume's filesystem is mounted
@@ -475,6 +737,10 @@ func (g *Guard) checkUnknown(ctx context.Context) time.Duration {
 	}
 	return next
 }
+
+// reasonWatchdog begins the give-back's reason of a volume its watchdog
+// fenced (takeRecords).
+const reasonWatchdog = "its volume manager's watchdog fenced it: "
 
 // Fenced says why volume id is fenced here ("" when it is not).
 func (g *Guard) Fenced(id volume.ID) string {

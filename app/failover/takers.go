@@ -27,6 +27,29 @@ type Takers struct {
 
 	mu     sync.Mutex
 	ledger *liveness.Ledger
+	// before runs before a taker is recorded and its acknowledgement sent
+	// (the Guard's bound on the volume's permit); its error stops both.
+	before func(id volume.ID, epoch replica.Epoch) error
+	// beforeClaim runs before a claim (the Guard: the node's permit is
+	// published); its error refuses the claim.
+	beforeClaim func() error
+}
+
+// BeforeClaim makes f run before every Claim: an error from f refuses the
+// claim (nothing is written; the publish is retried).
+func (t *Takers) BeforeClaim(f func() error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.beforeClaim = f
+}
+
+// BeforeAcknowledge makes f run before any taker of a volume is
+// recorded and acknowledged: an error from f and nothing is (the
+// acknowledgement is tried again later).
+func (t *Takers) BeforeAcknowledge(f func(id volume.ID, epoch replica.Epoch) error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.before = f
 }
 
 // NewTakers returns node's acknowledgements, written to cluster.
@@ -40,14 +63,18 @@ var errNothingToAcknowledge = errors.New("nothing to acknowledge")
 // volume id, every replica that holds a snapshot and is not yet a taker,
 // when this node is its active primary; recorded in the ledger before the
 // write. Nothing to acknowledge (or not the primary here) is not an error.
-// The publish calls it before the pod mounts the volume, the Guard
-// whenever a copy reports.
+// The Guard calls it whenever a copy reports (a publish claims the volume
+// instead: Claim). BeforeAcknowledge's function runs first; its error
+// acknowledges nothing.
 func (t *Takers) Acknowledge(ctx context.Context, id volume.ID) error {
 	var acked []replica.Node
 	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
 		acked = replica.Candidates(*s, t.node)
 		if len(acked) == 0 {
 			return errNothingToAcknowledge
+		}
+		if err := t.runBefore(s.Volume, s.Epoch); err != nil {
+			return err
 		}
 		t.mu.Lock()
 		t.ledger.Intend(s.Volume, s.Epoch, acked) // before the write: see liveness.Ledger
@@ -85,14 +112,45 @@ func (t *Takers) Resume(ctx context.Context, id volume.ID) (bool, error) {
 	return true, nil
 }
 
+// runBefore runs the BeforeAcknowledge function, if any, for volume id's
+// takers in epoch.
+func (t *Takers) runBefore(id volume.ID, epoch replica.Epoch) error {
+	t.mu.Lock()
+	before := t.before
+	t.mu.Unlock()
+	if before == nil {
+		return nil
+	}
+	return before(id, epoch)
+}
+
 // Claim is what a read/write publish here does before the pod mounts:
 // in one compare-and-swap, acknowledge the copies that may take the
-// volume over (as Acknowledge) and resume (as Resume).
+// volume over (as Acknowledge) and resume (as Resume). The copies are
+// acknowledged only if BeforeAcknowledge's function lets them be: when
+// it refuses (the node does not hold its lease, or the permit does not
+// bound the volume yet), the term is resumed alone and the pod is not
+// held back; the Guard acknowledges them later, as it does every copy
+// that reports. BeforeClaim's function runs first: its error refuses the
+// claim, and the pod waits.
 func (t *Takers) Claim(ctx context.Context, id volume.ID) error {
+	t.mu.Lock()
+	beforeClaim := t.beforeClaim
+	t.mu.Unlock()
+	if beforeClaim != nil {
+		if err := beforeClaim(); err != nil {
+			return fmt.Errorf("claim %s for a pod here: %w", id, err)
+		}
+	}
 	var acked []replica.Node
+	var notYet error
 	st, err := t.cluster.Update(ctx, id, func(s *replica.State) error {
-		acked = replica.Candidates(*s, t.node)
+		acked, notYet = replica.Candidates(*s, t.node), nil
 		if len(acked) > 0 {
+			if err := t.runBefore(s.Volume, s.Epoch); err != nil {
+				acked, notYet = nil, err
+				return replica.Resume(s, t.node, s.Epoch)
+			}
 			t.mu.Lock()
 			t.ledger.Intend(s.Volume, s.Epoch, acked) // before the write: see liveness.Ledger
 			t.mu.Unlock()
@@ -109,6 +167,9 @@ func (t *Takers) Claim(ctx context.Context, id volume.ID) error {
 	if len(acked) > 0 {
 		t.log.Info("takers acknowledged: only these may take the volume over from this node", zap.String("volume", string(id)),
 			zap.Uint64("epoch", uint64(st.Epoch)), zap.Any("takers", acked))
+	}
+	if notYet != nil {
+		t.log.Info("takers not acknowledged with the publish; the guard acknowledges them later (until then a loss of this node waits for it)", zap.String("volume", string(id)), zap.Error(notYet))
 	}
 	return nil
 }

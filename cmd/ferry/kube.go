@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
 	"github.com/ferry-csi/ferry/adapters/nodefence"
+	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
@@ -85,6 +86,12 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 			return err
 		}
 		guard.AskPromises(asker)
+		// The guard's verdicts, for the volume managers' watchdogs: they
+		// fence their primaries on them when this daemon is down.
+		if o.ReplicaControl != "" {
+			permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
+			guard.PublishPermits(permits, permits)
+		}
 		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -32,6 +32,29 @@ func TestEveryModeWiresUpWithFx(t *testing.T) {
 	}
 }
 
+// The volume manager's watchdog wires up with its permit, fencer and
+// mount table.
+func TestTheVolumeManagersWatchdogWiresUpWithFx(t *testing.T) {
+	for _, m := range modes {
+		if m.name != "volume-manager" {
+			continue
+		}
+		fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+		o := m.flags(fs)
+		if err := fs.Parse([]string{"--node-id=n1", "--store=memory", "--memory-dir=" + t.TempDir(), "--volume=v1", "--control-dir=" + t.TempDir(), "--watchdog"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.validate(m.name); err != nil {
+			t.Fatal(err)
+		}
+		if err := fx.ValidateApp(m.app(o)); err != nil {
+			t.Fatalf("fx graph: %v", err)
+		}
+		return
+	}
+	t.Fatal("no volume-manager mode")
+}
+
 func TestHelpListsEveryModeAndEveryFlagWithItsDefault(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run([]string{"--help"}, &out, &errOut); code != 0 {
@@ -67,7 +90,9 @@ func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 		{"volume-manager", "--node-id=n", "--volume=v", "--cluster-state=etcd:/x"},
 		{"daemon", "--node-id=n", "--peer-advertise=10.0.0.1:7443", "--peer-listen=:7443"},
 		{"daemon", "--node-id=n", "--cluster-state=kubernetes", "--peer-listen=:7443", "--peer-advertise=10.0.0.1"},
-		{"daemon", "--node-id=n", "--cluster-state=file:/tmp/x"}}
+		{"daemon", "--node-id=n", "--cluster-state=file:/tmp/x"},
+		{"volume-manager", "--node-id=n", "--volume=v", "--watchdog"},
+		{"volume-manager", "--node-id=n", "--volume=v", "--control-dir=/tmp/x", "--watchdog", "--watchdog-poll=0s"}}
 	for _, args := range cases {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code != 2 || errOut.Len() == 0 {

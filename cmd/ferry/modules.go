@@ -223,6 +223,11 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
+			// Fencing does not hinge on the daemon: the primary's own
+			// watchdog fences on the node's permit when it runs out.
+			func(lc fx.Lifecycle, r *app.Replicator, s ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
+				return runWatchdog(lc, o, r, s, events, log)
+			},
 		),
 	)
 }

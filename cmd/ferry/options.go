@@ -69,6 +69,8 @@ type Options struct {
 	StatusListen     string
 	ProbeListen      string
 	MaxTransferRate  byteRate
+	Watchdog         bool          // volume-manager: fence its primary when the node's permit runs out
+	WatchdogPoll     time.Duration // volume-manager: how often the watchdog reads the permit
 }
 
 // DefaultDriverName is Ferry's CSI driver name.
@@ -110,7 +112,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
 	fs.StringVar(&o.ReplicaTemplate, "replica-template", "", "with --serve-controller and --cluster-state kubernetes: the replica pods' template (YAML, deploy/replica-template.yaml); volumes of defaultReplicationFactor 2 or more are then replicated; empty: none are")
 	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
-	fs.StringVar(&o.ReplicaControl, "replica-control-dir", "/var/lib/ferry-control", "with --replica-template: the directory of the volume managers' control sockets (a host directory both mount); publish and unpublish of replicated volumes go through them")
+	fs.StringVar(&o.ReplicaControl, "replica-control-dir", "/var/lib/ferry-control", "with --replica-template: the directory of the volume managers' control sockets (a host directory both mount); publish and unpublish of replicated volumes go through them, and the node's write permit their watchdogs fence on is published there")
 	fs.DurationVar(&o.LeaseRenew, "lease-renew", time.Second, "with --peer-advertise: how often the daemon renews its node's Lease (liveness, per node)")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", 5*time.Second, "with --peer-advertise: how long a node's Lease lasts: a node that cannot renew fences its primaries at duration - margin after its last accepted renewal was sent, and the other nodes take its volumes over once its Lease has not changed for duration + margin")
 	fs.DurationVar(&o.LeaseMargin, "lease-margin", 500*time.Millisecond, "with --peer-advertise: what absorbs request delays and clock-rate drift between the fence and a takeover (they are 2 margins apart)")
@@ -166,7 +168,9 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.Var(&o.MaxTransferRate, "max-transfer-rate", "limit of each transfer this replica receives, in `bytes` per second: a number, or with a suffix k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. 50M or 64Mi; at least 64Ki; 0: unlimited")
 	fs.StringVar(&o.ProbeListen, "probe-listen", "", "address of the readiness probe (GET /ready: 200 while the replica is up to date or the active primary, else 503); empty: none")
 	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
-	fs.StringVar(&o.ControlDir, "control-dir", "", "directory of the control socket the node plugin hands publish and unpublish over (a host directory only root enters); empty: none")
+	fs.StringVar(&o.ControlDir, "control-dir", "", "directory of the control socket the node plugin hands publish and unpublish over (a host directory only root enters; the node daemon's --replica-control-dir), where the daemon also publishes the node's write permit; empty: none")
+	fs.BoolVar(&o.Watchdog, "watchdog", false, "with --control-dir: fence this volume's primary here on its own when the node's write permit, which the node daemon publishes there, has run out (the daemon is down, or the node lost its lease), or has gone once read; a node whose daemon publishes no permit (an older one) is not watched: stop every process holding its filesystem and cover the pods' mounts. Needs the host's pid namespace, privileges and the kubelet's pods directory mounted with Bidirectional propagation (default false)")
+	fs.DurationVar(&o.WatchdogPoll, "watchdog-poll", app.DefaultWatchdogPoll, "with --watchdog: how often the permit is read (never less often than every half lease margin the daemon publishes)")
 	return o
 }
 
@@ -235,6 +239,12 @@ func (o *Options) validate(mode string) error {
 		}
 		if _, err := parsePeers(o.Peers); err != nil {
 			errs = append(errs, err)
+		}
+		if o.Watchdog && o.ControlDir == "" {
+			errs = append(errs, errors.New("--watchdog needs --control-dir (where the node daemon publishes the node's write permit)"))
+		}
+		if o.WatchdogPoll <= 0 {
+			errs = append(errs, errors.New("--watchdog-poll must be positive"))
 		}
 	}
 	return errors.Join(errs...)

@@ -20,7 +20,9 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/peer"
+	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -256,6 +258,36 @@ func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 			return err
 		},
 	})
+}
+
+// runWatchdog runs the volume manager's watchdog (--watchdog): it fences
+// the primary here when the node's write permit, which the node daemon
+// publishes in --control-dir, has run out.
+func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
+	if !o.Watchdog {
+		return nil
+	}
+	id, err := volume.ParseID("--volume", o.Volume)
+	if err != nil {
+		return err
+	}
+	node := replica.Node(o.NodeID)
+	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
+	w := app.NewWatchdog(app.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, newFencer(), events, log.Named("watchdog"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { w.Run(ctx); close(done) }()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			<-done
+			return nil
+		},
+	})
+	return nil
 }
 
 // promiseRelay hands the peer server's promise requests to the daemon's

@@ -38,6 +38,10 @@ type Fence struct {
 	// Unknown: fenced because the node's view named no state of the copy
 	// (FenceUnknown); it may have been a secondary's, its pods read-only.
 	Unknown bool
+	// Watchdog: fenced by the copy's volume manager's watchdog (its
+	// record, Watch), which fences before it knows whether the copy is a
+	// primary: a secondary's read-only pods too.
+	Watchdog bool
 }
 
 // Fenced reports whether f records a fence.
@@ -295,6 +299,8 @@ func GiveBackPods(f Fence, r Resumed) GiveBackVerdict {
 		return GiveBackVerdict{Restart: true, Reason: "still the active primary, resumed"}
 	case f.Unknown:
 		return GiveBackVerdict{Restart: true, Reason: "fenced unknown: its pods go back whoever the primary is"}
+	case f.Watchdog:
+		return GiveBackVerdict{Restart: true, Reason: "fenced by its watchdog, which may have been a secondary's: its pods go back whoever the primary is"}
 	}
 	return GiveBackVerdict{Reason: "no longer the active primary: taken over, its pods are the survivor's to move"}
 }

@@ -121,6 +121,7 @@ func TestAVolumeTakenOverFromUnderAWriterHereIsFencedAndOneReleasedNever(t *test
 func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasFencedUnknown(t *testing.T) {
 	byTerm := Fence{Reason: "the node's lease ran out and b has not promised"}
 	unknown := Fence{Reason: ReasonUnknown, Unknown: true}
+	watchdog := Fence{Reason: "its volume manager's watchdog fenced it: the permit ran out", Watchdog: true}
 	cases := []struct {
 		name    string
 		f       Fence
@@ -133,6 +134,9 @@ func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasF
 		{"fenced unknown, a secondary's copy: restarted", unknown, ResumedNotPrimary, true},
 		{"fenced unknown, the primary's: restarted", unknown, ResumedPrimary, true},
 		{"fenced unknown, volume gone: nothing", unknown, ResumedGone, false},
+		{"fenced by its watchdog, a secondary's copy: restarted", watchdog, ResumedNotPrimary, true},
+		{"fenced by its watchdog, the primary's: restarted", watchdog, ResumedPrimary, true},
+		{"fenced by its watchdog, volume gone: nothing", watchdog, ResumedGone, false},
 	}
 	for _, c := range cases {
 		if v := GiveBackPods(c.f, c.r); v.Restart != c.restart || v.Reason == "" {

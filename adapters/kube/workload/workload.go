@@ -67,9 +67,14 @@ type Template struct {
 	// and cluster-state flags (they may use $(NODE_NAME)).
 	Args []string `json:"args"`
 	// Volumes and Mounts give the pod the node's ZFS (socket, devices,
-	// dataset mount directory) and the peer TLS Secret.
+	// dataset mount directory) and the peer TLS Secret; with --watchdog
+	// also the kubelet's pods directory (Bidirectional), whose pod
+	// mounts of the volume its fence removes.
 	Volumes []corev1.Volume      `json:"volumes"`
 	Mounts  []corev1.VolumeMount `json:"volumeMounts"`
+	// HostPID runs the pod in the host's pid namespace: the watchdog's
+	// fence (--watchdog) must see, and stop, the pods' processes.
+	HostPID bool `json:"hostPID,omitempty"`
 }
 
 // LoadTemplate reads a Template from YAML, strictly (an unknown key is
@@ -317,6 +322,7 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{"ferry.zfs.csi.io/volume-id": string(owner.Volume)}},
 				Spec: corev1.PodSpec{
+					HostPID:                       a.tpl.HostPID,
 					ServiceAccountName:            a.tpl.ServiceAccount,
 					PriorityClassName:             a.tpl.PriorityClass,
 					TerminationGracePeriodSeconds: &grace,

@@ -94,6 +94,14 @@ func TestTheReplicaPodsSpreadOnFerryNodesAndBelongToTheVolume(t *testing.T) {
 	if len(rs.OwnerReferences) != 1 || rs.OwnerReferences[0].Kind != rvapi.Kind || rs.OwnerReferences[0].UID != "uid-1" {
 		t.Errorf("owner %+v", rs.OwnerReferences)
 	}
+	if pod.HostPID {
+		t.Error("the host's pid namespace without the template's hostPID")
+	}
+	withPID := tpl
+	withPID.HostPID = true
+	if !New(fake.NewClientset(), nil, withPID).ReplicaSet(owner, placement.Objects{}, "").Spec.Template.Spec.HostPID {
+		t.Error("the template's hostPID (the watchdog's fence must see the pods' processes) is not the pods'")
+	}
 }
 
 func TestNamesFitPodNames(t *testing.T) {

@@ -1,0 +1,131 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+// recordWorld is a guard on a, primary of rep (taker b), whose copy is
+// mounted by a pod here, with a permit box and fence records.
+type recordWorld struct {
+	g       *Guard
+	clock   *fakeClock
+	lease   *mocks.MockNodeLease
+	eff     *mocks.MockFailoverEffects
+	fencer  *mocks.MockFencer
+	box     *permitBox
+	vols    *Volumes
+	cluster *fakecluster.Store
+}
+
+func newRecordWorld(t *testing.T, st replica.State) *recordWorld {
+	ctrl := gomock.NewController(t)
+	ctx := context.Background()
+	w := &recordWorld{clock: &fakeClock{}, cluster: fakecluster.New(), box: &permitBox{}, vols: NewVolumes()}
+	if _, err := w.cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	w.lease = mocks.NewMockNodeLease(ctrl)
+	info := ports.VolumeInfo{ID: st.Volume, MountPath: "/p/rep", MountSource: "pool/rep", Metadata: map[string]string{ports.MetaReplicationFactor: "2"}}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{info}, nil).AnyTimes()
+	store.EXPECT().GetVolume(gomock.Any(), st.Volume).Return(info, nil).AnyTimes()
+	mounts := mocks.NewMockMountTable(ctrl)
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep"}, nil).AnyTimes() // the pods' mounts covered
+	w.fencer = mocks.NewMockFencer(ctrl)
+	w.eff = mocks.NewMockFailoverEffects(ctrl)
+	w.vols.Saw(st)
+	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, NewTakers("a", w.cluster, zap.NewNop()), store,
+		mounts, w.fencer, w.eff, nopEvents{}, zap.NewNop())
+	w.g.PublishPermits(w.box, w.box)
+	return w
+}
+
+// The guard fences a volume itself (its lease ran out) that its watchdog
+// fenced and recorded too (the daemon was down, say): the guard's own
+// give-back restarts the pods once and takes the record with it; the
+// record does not restart them a second time later.
+func TestAWatchdogsRecordOfAVolumeTheGuardFencedGoesWithTheGuardsGiveBack(t *testing.T) {
+	ctx := context.Background()
+	w := newRecordWorld(t, primaryState("rep", "a", "b"))
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.g.Check(ctx)
+	// The lease ran out: the watchdog fenced and recorded, the guard fences.
+	_ = w.box.Record("rep", "the deadline passed")
+	w.clock.set(5 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = w.g.RenewOnce(ctx)
+	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
+	w.g.Check(ctx)
+	if w.g.Fenced("rep") == "" {
+		t.Fatal("the guard did not fence rep")
+	}
+	w.g.Check(ctx)
+	// The lease is back: one restart, and the record is gone.
+	w.clock.set(6 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil).Times(1)
+	w.g.Check(ctx)
+	w.g.Check(ctx)
+	w.g.Check(ctx)
+	if got, _ := w.box.Recorded(); len(got) != 0 {
+		t.Fatalf("records left: %v", got)
+	}
+}
+
+// The guard fences a volume itself that its watchdog recorded, and the
+// volume is taken over while it is fenced: the guard's fence of the ended
+// term is given back by nothing, but the record goes all the same (with
+// a give-back of its pods, as every record's: see
+// TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs).
+func TestAWatchdogsRecordOfAVolumeTheGuardFencedAndWasTakenOverGoes(t *testing.T) {
+	ctx := context.Background()
+	st := primaryState("rep", "a", "b")
+	w := newRecordWorld(t, st)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.g.Check(ctx)
+	_ = w.box.Record("rep", "the deadline passed")
+	w.clock.set(5 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = w.g.RenewOnce(ctx)
+	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
+	w.g.Check(ctx)
+	// b takes over.
+	over, err := w.cluster.Update(ctx, "rep", func(s *replica.State) error { return replica.Takeover(s, "b", "a", 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.vols.Saw(over)
+	w.clock.set(20 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil).Times(1)
+	for range 3 {
+		w.g.Check(ctx) // once: a second EvictPods fails the mock
+	}
+	if got, _ := w.box.Recorded(); len(got) != 0 {
+		t.Fatalf("records left: %v", got)
+	}
+}

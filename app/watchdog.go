@@ -1,0 +1,178 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// WatchdogConfig configures a volume manager's watchdog.
+type WatchdogConfig struct {
+	Node   replica.Node
+	Volume volume.ID
+	// Poll is how often it reads the node's permit (at least every half
+	// lease margin, whatever it says: liveness.Watch).
+	Poll time.Duration
+}
+
+// DefaultWatchdogPoll is WatchdogConfig.Poll's default.
+const DefaultWatchdogPoll = 200 * time.Millisecond
+
+// Watchdog fences a primary from its own volume manager when the node's
+// daemon, whose guard normally does it, is down: it reads the node's write
+// permit (the guard's verdicts, ports.PermitReader) and, armed by the
+// first one it reads (an older daemon publishes none: then it watches
+// nothing), once its volume's deadline has passed or the permit has gone
+// (liveness.Watch), stops
+// every process holding the volume's filesystem and covers the pods'
+// targets, exactly as the guard does (ports.Fencer). It stays fencing
+// while the deadline stays passed: a mount of the volume that appears
+// meanwhile (a publish) is fenced too. Once the permit lets the primary
+// write again it stops; the pods sit on the fence's placeholder until the
+// node's guard gives them back, which its record (ports.FenceRecords)
+// tells it to.
+type Watchdog struct {
+	cfg       WatchdogConfig
+	permit    ports.PermitReader
+	records   ports.FenceRecords
+	secondary func() bool
+	store     ports.SnapshotStore
+	mounts    ports.MountTable
+	fencer    ports.Fencer
+	events    ports.EventRecorder
+	log       *zap.Logger
+
+	info     *ports.VolumeInfo // the volume's mount, read once
+	armed    bool              // a permit this watchdog understands was read (liveness.WatchVerdict.Armed)
+	fencing  atomic.Bool       // the deadline has passed and the volume was fenced
+	unread   string            // the last failure to read the permit logged
+	recorded string            // a record written in this fencing spell, still to write ("" when done)
+}
+
+// NewWatchdog returns the watchdog of cfg.Volume's replica on cfg.Node;
+// secondary says whether the replica is known to be no active primary
+// (Replicator.Secondary).
+func NewWatchdog(cfg WatchdogConfig, permit ports.PermitReader, records ports.FenceRecords, secondary func() bool, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Watchdog {
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultWatchdogPoll
+	}
+	return &Watchdog{cfg: cfg, permit: permit, records: records, secondary: secondary, store: store, mounts: mounts, fencer: fencer, events: events,
+		log: log.With(zap.String("volume", string(cfg.Volume)))}
+}
+
+// Run watches until ctx ends.
+func (w *Watchdog) Run(ctx context.Context) {
+	w.log.Info("watchdog started: the primary here is fenced when the node's write permit runs out", zap.Duration("poll", w.cfg.Poll))
+	for {
+		t := time.NewTimer(w.Check(ctx))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Check reads the permit once, fences when liveness.Watch says so, and
+// returns when to look again.
+func (w *Watchdog) Check(ctx context.Context) time.Duration {
+	p, now, err := w.permit.Read()
+	if err != nil {
+		if msg := err.Error(); msg != w.unread {
+			w.unread = msg
+			w.log.Warn("the node's write permit is not readable", zap.Bool("armed", w.armed), zap.Error(err))
+		}
+	} else {
+		w.unread = ""
+	}
+	v := liveness.Watch(liveness.WatchInput{Published: err == nil, Newer: errors.Is(err, ports.ErrPermitVersion), Armed: w.armed, Permit: p,
+		Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary()})
+	if v.Armed != w.armed {
+		w.armed = v.Armed
+		if v.Armed {
+			w.log.Info("watchdog armed: the node's daemon publishes a write permit", zap.String("reason", v.Reason))
+		} else {
+			w.log.Warn("watchdog disarmed", zap.String("reason", v.Reason))
+		}
+	}
+	if !v.Fence {
+		if w.fencing.Load() {
+			w.fencing.Store(false)
+			w.log.Info("the primary may write again; the node's daemon gives its pods back", zap.String("reason", v.Reason))
+		}
+		return v.Next
+	}
+	if err := w.fence(ctx, v.Reason); err != nil {
+		w.log.Error("fence failed; trying again", zap.Error(err))
+		return min(v.Next, 100*time.Millisecond)
+	}
+	return v.Next
+}
+
+// Fencing reports whether the watchdog has fenced its volume and the
+// deadline is still passed.
+func (w *Watchdog) Fencing() bool { return w.fencing.Load() }
+
+// fence stops the writers and covers the pods' targets at the start of a
+// fencing spell, and again whenever the volume is mounted anywhere but its
+// own mountpoint (a publish during the spell).
+func (w *Watchdog) fence(ctx context.Context, reason string) error {
+	if w.info == nil {
+		info, err := w.store.GetVolume(ctx, w.cfg.Volume)
+		if errors.Is(err, ports.ErrNotFound) {
+			return nil // no copy here: nothing writes it
+		}
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
+		}
+		w.info = &info
+	}
+	points, err := w.mounts.MountsOf(w.info.MountSource)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
+	}
+	pods := 0
+	for _, p := range points {
+		if p != w.info.MountPath {
+			pods++
+		}
+	}
+	fencing := w.fencing.Load()
+	if fencing && pods == 0 && w.recorded == "" {
+		return nil // fenced, and nothing mounted since
+	}
+	if !fencing || pods > 0 {
+		stopped, err := w.fencer.Fence(ctx, points, w.info.MountPath)
+		if err != nil {
+			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
+		}
+		if !fencing {
+			w.log.Warn("the node's write permit ran out: primary fenced by its volume manager", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
+		}
+		w.fencing.Store(true)
+		if pods == 0 && len(stopped) == 0 {
+			return nil // nothing was writing: no pod to give back
+		}
+		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; stopped %d writer(s) %v and removed its pods' mounts; the daemon restarts the pods once the primary may write again",
+			w.cfg.Node, reason, len(stopped), stopped)
+		w.events.Record(ctx, w.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
+		w.recorded = msg
+	}
+	// The record tells the daemon whose pods to give back; written until
+	// it succeeds.
+	if err := w.records.Record(w.cfg.Volume, w.recorded); err != nil {
+		return fmt.Errorf("fence %s: record it for the daemon: %w", w.cfg.Volume, err)
+	}
+	w.recorded = ""
+	return nil
+}

@@ -1,0 +1,287 @@
+package app_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/liveness"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+// permitDesk is the node's permit as a test sets it, its clock, and the
+// fence records.
+type permitDesk struct {
+	mu      sync.Mutex
+	permit  liveness.Permit
+	err     error
+	now     time.Duration
+	records map[volume.ID]string
+}
+
+func (d *permitDesk) Read() (liveness.Permit, time.Duration, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.permit, d.now, d.err
+}
+
+func (d *permitDesk) set(until, now time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.permit, d.now, d.err = liveness.Permit{Until: until, Margin: 500 * time.Millisecond}, now, nil
+}
+
+func (d *permitDesk) Record(id volume.ID, reason string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.records == nil {
+		d.records = map[volume.ID]string{}
+	}
+	d.records[id] = reason
+	return nil
+}
+
+func (d *permitDesk) Recorded() (map[volume.ID]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[volume.ID]string{}
+	for k, v := range d.records {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (d *permitDesk) Clear(id volume.ID, _ string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.records, id)
+	return nil
+}
+
+// mountsOf is a mount table listing, for the volume's source, the points
+// the test sets.
+type mountsOf struct {
+	mu     sync.Mutex
+	points []string
+}
+
+func (m *mountsOf) MountAt(string) (ports.Mount, bool, error) { return ports.Mount{}, false, nil }
+func (m *mountsOf) MountsOf(string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.points...), nil
+}
+func (m *mountsOf) set(points ...string) { m.mu.Lock(); defer m.mu.Unlock(); m.points = points }
+
+// A primary's watchdog: no fence while the deadline is ahead; once it has
+// passed, one fence (writers stopped, pods' mounts covered), a record for
+// the daemon and a Fenced event; none again while nothing new is mounted,
+// one more when a publish mounts the volume again meanwhile; a deadline
+// ahead again ends the spell, and the next one passing fences again.
+func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	info, err := c.stores["a"].GetVolume(ctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := "/kubelet/pods/x/volumes/kubernetes.io~csi/pv/mount"
+	ctrl := gomock.NewController(t)
+	fencer := mocks.NewMockFencer(ctrl)
+	desk := &permitDesk{}
+	mounts := &mountsOf{points: []string{info.MountPath, pod}}
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID, Poll: time.Second}, desk, desk, func() bool { return false },
+		c.stores["a"], mounts, fencer, c.events, zap.NewNop())
+
+	desk.set(10*time.Second, 9*time.Second)
+	if next := w.Check(ctx); next != 250*time.Millisecond {
+		t.Fatalf("looks again in %s, want half the margin", next)
+	}
+	desk.set(10*time.Second, 9900*time.Millisecond)
+	if next := w.Check(ctx); next != 100*time.Millisecond {
+		t.Fatalf("looks again in %s, want at the deadline", next)
+	}
+	if w.Fencing() || len(c.events.reasons()) != 0 {
+		t.Fatal("fenced before the deadline")
+	}
+
+	desk.set(10*time.Second, 10*time.Second)
+	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return([]ports.StoppedProcess{{PID: 42, Command: "writer"}}, nil)
+	w.Check(ctx)
+	if !w.Fencing() {
+		t.Fatal("not fencing after the deadline")
+	}
+	if got, _ := desk.Recorded(); got[volID] == "" {
+		t.Fatal("no record for the daemon")
+	}
+	if r := c.events.reasons(); len(r) != 1 || r[0] != "Fenced" {
+		t.Fatalf("events %v", r)
+	}
+	mounts.set(info.MountPath) // the pod's mount is covered
+	desk.set(10*time.Second, 11*time.Second)
+	w.Check(ctx) // fenced: no second Fence (gomock fails on one)
+
+	// A publish mounts it again while the deadline is still passed.
+	mounts.set(info.MountPath, pod)
+	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return(nil, nil)
+	w.Check(ctx)
+	mounts.set(info.MountPath)
+	w.Check(ctx)
+
+	// The daemon is back: the spell ends; the next deadline passing fences again.
+	desk.set(20*time.Second, 12*time.Second)
+	w.Check(ctx)
+	if w.Fencing() {
+		t.Fatal("still fencing with a deadline ahead")
+	}
+	desk.set(20*time.Second, 20*time.Second)
+	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, nil)
+	w.Check(ctx)
+	if !w.Fencing() {
+		t.Fatal("not fencing after the second deadline")
+	}
+}
+
+// A volume manager upgraded before its daemon: the node has no permit
+// (an older daemon publishes none), or one of a version it does not
+// understand (a newer daemon's): the watchdog does not fence, however
+// long. Once it has read a permit it is armed: the permit gone, it fences
+// (a fence that fails is tried again soon); nothing was writing, so
+// nothing is recorded.
+func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	info, _ := c.stores["a"].GetVolume(ctx, volID)
+	ctrl := gomock.NewController(t)
+	fencer := mocks.NewMockFencer(ctrl)
+	desk := &permitDesk{err: ports.ErrNotFound}
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
+		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, fencer, c.events, zap.NewNop())
+	for range 3 {
+		w.Check(ctx) // the fencer mock expects nothing yet
+	}
+	desk.mu.Lock()
+	desk.err = fmt.Errorf("version 2: %w", ports.ErrPermitVersion)
+	desk.mu.Unlock()
+	w.Check(ctx)
+	if w.Fencing() {
+		t.Fatal("fenced without a permit it understands")
+	}
+
+	desk.set(time.Hour, time.Second)
+	w.Check(ctx) // armed
+	desk.mu.Lock()
+	desk.err = ports.ErrNotFound // removed
+	desk.mu.Unlock()
+	gomock.InOrder(
+		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, errors.New("busy")),
+		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, nil),
+	)
+	if next := w.Check(ctx); next > 100*time.Millisecond {
+		t.Fatalf("a failed fence is tried again in %s", next)
+	}
+	w.Check(ctx)
+	if !w.Fencing() {
+		t.Fatal("not fencing once its permit went")
+	}
+	// Nothing was writing: nothing to give back, no record, no event.
+	if got, _ := desk.Recorded(); len(got) != 0 || len(c.events.reasons()) != 0 {
+		t.Fatalf("records %v, events %v", got, c.events.reasons())
+	}
+	// A newer daemon's permit: the spell ends, it is disarmed.
+	desk.mu.Lock()
+	desk.err = ports.ErrPermitVersion
+	desk.mu.Unlock()
+	w.Check(ctx)
+	desk.mu.Lock()
+	desk.err = ports.ErrNotFound
+	desk.mu.Unlock()
+	w.Check(ctx) // disarmed: no fence (the mock expects none)
+	if w.Fencing() {
+		t.Fatal("fencing next to a newer daemon")
+	}
+}
+
+// A secondary's watchdog never fences: the replica's volume manager has
+// read the state, which names a as the active primary. Before that read
+// (a restarted volume manager cut off) it is not known to be secondary.
+func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.start("b")
+	c.start("a")
+	c.eventually("b holds a copy", func() bool { return c.newestStored("b") > 0 })
+	c.eventually("b has read the state", c.reps["b"].Secondary)
+	if c.reps["a"].Secondary() {
+		t.Fatal("the primary's volume manager says it is a secondary")
+	}
+	ctrl := gomock.NewController(t)
+	desk := &permitDesk{}
+	desk.set(time.Second, time.Hour)
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, c.reps["b"].Secondary,
+		c.stores["b"], &mountsOf{}, mocks.NewMockFencer(ctrl), c.events, zap.NewNop())
+	if _, err := c.stores["b"].GetVolume(ctx, volID); err != nil {
+		t.Fatal(err)
+	}
+	w.Check(ctx) // the fencer mock expects nothing
+	if w.Fencing() {
+		t.Fatal("a secondary's watchdog fenced")
+	}
+	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
+	if fresh.Secondary() {
+		t.Fatal("a volume manager that has read nothing says it is a secondary")
+	}
+}
+
+// A secondary's volume manager started while the node's permit has run out
+// (its daemon down) knows nothing of its replica before its first read of
+// the state: its watchdog fences what mounts the copy, read-only pods
+// included, and records it for the daemon (which gives them back whoever
+// the primary is: failover's
+// TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs); once it has read
+// the state it fences no more.
+func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	c.start("b")
+	c.start("a")
+	c.eventually("b holds a copy", func() bool { return c.newestStored("b") > 0 })
+	c.eventually("b has read the state", c.reps["b"].Secondary)
+	info, err := c.stores["b"].GetVolume(ctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's volume manager as it restarts: nothing read yet, then what its
+	// running one has read.
+	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
+	var read atomic.Bool
+	secondary := func() bool {
+		if read.Load() {
+			return c.reps["b"].Secondary()
+		}
+		return fresh.Secondary()
+	}
+	pod := "/kubelet/pods/ro/volumes/kubernetes.io~csi/pv/mount"
+	ctrl := gomock.NewController(t)
+	fencer := mocks.NewMockFencer(ctrl)
+	desk := &permitDesk{}
+	desk.set(time.Second, time.Hour) // armed, long passed
+	mounts := &mountsOf{points: []string{info.MountPath, pod}}
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
+		c.stores["b"], mounts, fencer, c.events, zap.NewNop())
+	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
+	w.Check(ctx)
+	if got, _ := desk.Recorded(); got[volID] == "" {
+		t.Fatal("a secondary's pods fenced before its first read, and no record for the daemon to give them back")
+	}
+	read.Store(true)
+	w.Check(ctx) // a publish's mount is still listed: a second Fence would fail the mock
+	if w.Fencing() {
+		t.Fatal("still fencing a replica known to be a secondary")
+	}
+}
