@@ -47,8 +47,8 @@ type Guard struct {
 	giveBack   map[volume.ID]liveness.Fence // fenced, may write again: its pods still to restart
 	mine       map[volume.ID]bool           // active primary here at the last check
 	looked     map[volume.ID]bool           // looked at by checkTakenOver since this process started
-	recorded   map[volume.ID]string // fenced by their volume manager's watchdog (its record), given back with giveBack
-	overtaken  map[volume.ID]bool   // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
+	recorded   map[volume.ID]string         // fenced by their volume manager's watchdog (its record), given back with giveBack
+	overtaken  map[volume.ID]bool           // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
 
 	// The node's write permit for the volume managers' watchdogs (nil:
 	// none published). pubMu orders the publications.
