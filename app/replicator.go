@@ -62,6 +62,10 @@ type Replicator struct {
 	// no longer exists then means the volume is gone, and the leave
 	// proceeds instead of waiting for a state.
 	terminating bool
+	// stale: the last read of the shared state failed (not its absence):
+	// the machine decides on its last view (replica.StateUnreadable).
+	// Only Run's goroutine (and Terminate's, after Run) touch it.
+	stale bool
 
 	mu     sync.Mutex
 	status Status
@@ -123,6 +127,12 @@ type Status struct {
 	// machine knows ("" when for nothing but its own next steps).
 	Acquiring bool
 	Waiting   string
+	// StaleView: the last read of the shared state failed (the API
+	// server is away, or this node is cut off from it): the replica acts
+	// on its last view (a primary snapshots, a secondary fetches from it;
+	// nothing is recorded until the state reads again), and Snapshot,
+	// Epoch and Ready above are that view's.
+	StaleView bool
 }
 
 // NewReplicator returns the volume manager of cfg.Volume's replica on
@@ -216,6 +226,14 @@ func (r *Replicator) Run(ctx context.Context) error {
 			sinceFull++
 			if skip > 0 {
 				skip--
+			}
+			if skip > 0 && r.stale && r.readable(ctx) {
+				// The state reads again after an outage: the replica
+				// reports what it fetched or snapshotted meanwhile now,
+				// not after the back-off its failures during the outage
+				// (a peer down with it) earned: a takeover decided after
+				// the outage must see those reports (5.8).
+				skip, failed = 0, 0
 			}
 		case _, open := <-changes:
 			if !open {
@@ -394,7 +412,9 @@ func (r *Replicator) ReleaseAndWait(ctx context.Context) error {
 // machine's view of it is current.
 func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete bool) {
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
-		if err := r.observe(ctx, full && i == 0); err != nil && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
+		err := r.observe(ctx, full && i == 0)
+		stale := errors.Is(err, errStaleView)
+		if err != nil && !stale && !(r.terminating && errors.Is(err, ports.ErrNotFound)) {
 			if r.m.Left() && errors.Is(err, ports.ErrNotFound) {
 				return failed, false // left, and the volume is gone: nothing to wait for
 			}
@@ -403,11 +423,17 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 		}
 		a, ok := r.decide()
 		if !ok {
-			return failed, false
+			return failed, stale // on a stale view, read again next tick
 		}
-		err := r.exec(ctx, a)
-		if errors.Is(err, replica.ErrUnchanged) {
-			_ = r.m.Step(replica.ActionDone{Action: a, Err: err}) // skipped, not failed
+		if r.m.OnStaleView() {
+			err = r.execStale(ctx, a)
+		} else {
+			err = r.exec(ctx, a)
+		}
+		if errors.Is(err, replica.ErrUnchanged) || errors.Is(err, replica.ErrViewReturned) {
+			// Skipped (nothing written), or stopped because the state
+			// reads again: not failed, decided again at once.
+			_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
 			continue
 		}
 		r.mu.Lock()
@@ -471,13 +497,29 @@ func progressMade(a replica.Action) bool {
 // (replica.Machine.NeedsLocal: only its own actions change them) or full
 // is set.
 func (r *Replicator) observe(ctx context.Context, full bool) error {
-	st, err := r.cluster.Get(ctx, r.cfg.Volume)
-	if err != nil {
+	st, err := r.read(ctx)
+	switch {
+	case err == nil:
+		// The state first: a state that contradicts the machine's view
+		// of the pool makes it stale (NeedsLocal), and the pool is
+		// listed now.
+		_ = r.m.Step(replica.Observed{State: st})
+		if r.stale {
+			r.log.Info("the volume's state reads again: reporting what the replica holds first")
+		}
+		r.stale = false
+	case errors.Is(err, ports.ErrNotFound) || ctx.Err() != nil:
 		return err
+	default:
+		// The state cannot be read (the API server is away, or this node
+		// is cut off from it): the machine decides on its last view by
+		// the stale view's rules, which need the pool listed as usual.
+		if !r.stale {
+			r.log.Warn("cannot read the volume's state: acting on the last view (snapshots and incremental fetches from the primary only) until it reads again", zap.Error(err))
+		}
+		r.stale = true
+		_ = r.m.Step(replica.StateUnreadable{})
 	}
-	// The state first: a state that contradicts the machine's view of
-	// the pool makes it stale (NeedsLocal), and the pool is listed now.
-	_ = r.m.Step(replica.Observed{State: st})
 	if full || r.m.NeedsLocal() {
 		local, hasData, err := r.local(ctx)
 		if err != nil {
@@ -494,13 +536,83 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		_ = r.m.Step(read)
 	}
 	r.mu.Lock()
-	self, _ := st.Replica(r.cfg.Node)
-	r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
-	r.status.Primary = st.Primary == r.cfg.Node && self.Active
-	r.observed = true
+	r.status.StaleView = r.stale
+	if !r.stale {
+		self, _ := st.Replica(r.cfg.Node)
+		r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
+		r.status.Primary = st.Primary == r.cfg.Node && self.Active
+		r.observed = true
+	}
 	r.mu.Unlock()
 	r.publishStatus()
+	if r.stale {
+		return fmt.Errorf("%w: %w", errStaleView, err)
+	}
 	return nil
+}
+
+// errStaleView: observe could not read the shared state; the machine was
+// told (replica.StateUnreadable) and may still act on its last view.
+var errStaleView = errors.New("deciding on the last view of the volume's state")
+
+// read reads the volume's shared state, bounded by stateReadTimeout: a
+// server that stopped answering (not refusing) must not hold the decision
+// loop, since a primary on a stale view still snapshots and a replica
+// must report soon after the state reads again (5.8).
+func (r *Replicator) read(ctx context.Context) (replica.State, error) {
+	rctx, cancel := context.WithTimeout(ctx, stateReadTimeout(r.cfg.Tick))
+	defer cancel()
+	return r.cluster.Get(rctx, r.cfg.Volume)
+}
+
+// readable reports whether the shared state reads again (or is known to
+// be gone): the end of a stale view.
+func (r *Replicator) readable(ctx context.Context) bool {
+	_, err := r.read(ctx)
+	return err == nil || errors.Is(err, ports.ErrNotFound)
+}
+
+// stateReadTimeout bounds one read of the shared state: two ticks, at
+// least 2 s (a healthy API server answers a GET in milliseconds; a read
+// cut short only makes one round decide on the last view).
+func stateReadTimeout(tick time.Duration) time.Duration {
+	return max(2*tick, 2*time.Second)
+}
+
+// execStale carries out an action decided on a stale view. A peer action
+// (a listing, a transfer) runs only while the state stays unreadable: it
+// is polled every tick, and once it reads again the action is cancelled
+// and answers replica.ErrViewReturned, so that the replica reports what it
+// holds before a takeover decided after the outage (5.8) could miss it.
+// The rest (a snapshot, retention) is local and quick.
+func (r *Replicator) execStale(ctx context.Context, a replica.Action) error {
+	switch a.(type) {
+	case replica.ReadPeer, replica.Fetch:
+	default:
+		return r.exec(ctx, a)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(r.cfg.Tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if r.readable(sctx) {
+					cancel(replica.ErrViewReturned)
+					return
+				}
+			}
+		}
+	}()
+	err := r.exec(sctx, a)
+	if err != nil && errors.Is(context.Cause(sctx), replica.ErrViewReturned) {
+		return fmt.Errorf("%w: %T stopped: %v", replica.ErrViewReturned, a, err)
+	}
+	return err
 }
 
 // publishStatus copies the machine's publish state into the status and

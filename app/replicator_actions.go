@@ -186,9 +186,11 @@ func discarded(s []replica.Snap) string {
 // on no replica's retention destroys it) and opens the peer's stream.
 // A resumed transfer records nothing: the target of the interrupted
 // attempt is still recorded (a failure that kept partial state keeps it),
-// and it is the snapshot the resume token names.
-func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports.SendRequest, target replica.Snap) (io.ReadCloser, error) {
-	if req.ResumeToken == "" {
+// and it is the snapshot the resume token names. Nor does a transfer
+// decided on a stale view (replica.Fetch.Stale: no compare-and-swap can
+// land; the primary's stale retention keeps the target).
+func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports.SendRequest, target replica.Snap, stale bool) (io.ReadCloser, error) {
+	if req.ResumeToken == "" && !stale {
 		if err := r.update(ctx, func(s *replica.State) error { return replica.RecordFetch(s, r.cfg.Node, target) }); err != nil {
 			return nil, fmt.Errorf("recording the fetch of %s: %w", req.To, err)
 		}
@@ -228,8 +230,8 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		kind = streamResumed
 		log.Info("resuming an interrupted transfer")
 	}
-	log = log.With(zap.String("stream", kind))
-	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
+	log = log.With(zap.String("stream", kind), zap.Bool("staleView", a.Stale))
+	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, a.Stale)
 	if err != nil {
 		if token != "" && (errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)) {
 			// The peer cannot resume it (the snapshot is gone, the token is
@@ -305,7 +307,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 	}
 	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("stream", streamReplacement))
-	stream, err := r.openFetch(ctx, a.Peer, req, a.Target)
+	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, false)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,11 @@ type cluster struct {
 	reps          map[replica.Node]*app.Replicator
 	// recorder, when set, sees every write of the volume managers started.
 	recorder *recordingState
+	// stateOverride, when set, is the shared state the volume managers
+	// started from now on use (a wrapper of state).
+	stateOverride ports.ClusterState
+	// log, when set, is the volume managers' logger (zap.NewNop else).
+	log *zap.Logger
 }
 
 const volID = volume.ID("volID-1")
@@ -123,11 +128,18 @@ func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
 	if c.recorder != nil {
 		state = c.recorder
 	}
+	if c.stateOverride != nil {
+		state = c.stateOverride
+	}
+	log := zap.NewNop()
+	if c.log != nil {
+		log = c.log.With(zap.String("node", string(n)))
+	}
 	var store ports.SnapshotStore = c.stores[n]
 	if o, ok := c.storeOverride[n]; ok {
 		store = o
 	}
-	r := app.NewReplicator(cfg, store, state, c.net, c.events, zap.NewNop())
+	r := app.NewReplicator(cfg, store, state, c.net, c.events, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()

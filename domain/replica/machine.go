@@ -38,6 +38,14 @@ type Machine struct {
 	unchanged bool // the store told that nothing was written since the newest snapshot
 	haveLocal bool
 
+	// viewed: a read of the shared state succeeded once (state is a view).
+	// stale: the last read failed; decisions follow decideStale's rules
+	// on state, the last view, until the next Observed. roleChanged: an
+	// action of this machine (a promotion, a step-down) may have changed
+	// who the primary is since that view: nothing is decided on it while
+	// stale.
+	viewed, stale, roleChanged bool
+
 	peer      Node   // the peer whose snapshot list peerSnaps is
 	peerSnaps []Snap // valid until the next tick or transfer
 	havePeer  bool
@@ -184,6 +192,11 @@ type Fetch struct {
 	Peer   Node
 	Base   *Snap
 	Target Snap
+	// Stale: decided on a stale view (StateUnreadable): nothing is
+	// recorded (no compare-and-swap can land), the transfer is an
+	// incremental from the last view's active primary, and the caller
+	// stops it once the state reads again (ErrViewReturned).
+	Stale bool
 }
 
 // Rollback: discard everything after To. When KeepAs is set, first copy
@@ -299,6 +312,7 @@ func (m *Machine) Step(ev Event) error {
 			break
 		}
 		m.state, m.haveState, m.seenEpoch = e.State, true, e.State.Epoch
+		m.viewed, m.stale, m.roleChanged = true, false, false
 		if self, _ := e.State.Replica(m.cfg.Self); m.acquired && !m.isPrimary(self) {
 			// A view no older than the promotion (epochs only grow) in
 			// which this replica is not the active primary: its term ended.
@@ -315,6 +329,8 @@ func (m *Machine) Step(ev Event) error {
 			// The volume is being deleted: this replica goes with it.
 			m.terminating, m.volumeGone = true, true
 		}
+	case StateUnreadable:
+		m.stale = m.viewed // with no view at all, nothing is decided
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		m.hasData = e.HasData || len(e.Snaps) > 0
@@ -350,7 +366,7 @@ func (m *Machine) Step(ev Event) error {
 		}
 		m.done(e)
 		m.outstanding = nil
-		if e.Err != nil && !errors.Is(e.Err, ErrUnchanged) {
+		if e.Err != nil && !errors.Is(e.Err, ErrUnchanged) && !errors.Is(e.Err, ErrViewReturned) {
 			m.backoff = true // retried on a later tick, never in a tight loop
 		}
 	default:
@@ -368,7 +384,7 @@ func (m *Machine) done(e ActionDone) {
 	case ReportSnapshot:
 		m.haveState = false
 	case ReadPeer:
-		if e.Err != nil {
+		if e.Err != nil && !errors.Is(e.Err, ErrViewReturned) {
 			m.avoidPeer(a.Peer)
 		}
 	case Fetch:
@@ -376,6 +392,15 @@ func (m *Machine) done(e ActionDone) {
 		switch {
 		case e.Err == nil:
 			m.avoid = nil
+		case errors.Is(e.Err, ErrViewReturned):
+			// Stopped because the state reads again: no failure of the
+			// peer's, and nothing was recorded to forget.
+		case a.Stale && errors.Is(e.Err, ErrModified):
+			m.modified = true
+		case a.Stale:
+			// Nothing was recorded (a stale view's fetch records no
+			// target): nothing to forget.
+			m.avoidPeer(a.Peer)
 		case errors.Is(e.Err, ErrModified):
 			m.modified = true
 			m.forgetTarget(a.Target)
@@ -420,6 +445,7 @@ func (m *Machine) done(e ActionDone) {
 		}
 	case StepDown:
 		m.haveState = false
+		m.roleChanged = true // whatever came of it: the answer may be lost
 		switch {
 		case e.Err == nil && a.Epoch == 0 && m.finalTaken && m.finalRecorded():
 			// The demotion carrying the final snapshot was written but
@@ -443,6 +469,7 @@ func (m *Machine) done(e ActionDone) {
 		}
 	case BecomePrimary:
 		m.haveState = false
+		m.roleChanged = true // whatever came of it: the answer may be lost
 		if e.Err == nil && m.acquiring {
 			m.acquiring, m.acquired = false, true
 			if self, _ := m.state.Replica(m.cfg.Self); !m.isPrimary(self) {
@@ -531,10 +558,18 @@ func (m *Machine) Acquiring() (bool, string) {
 // Next returns the next action, or false when there is nothing to do (or
 // an action is outstanding, or the machine waits for a read).
 func (m *Machine) Next() (Action, bool) {
-	if m.outstanding != nil || m.backoff || !m.haveState || !m.haveLocal || m.left {
+	if m.outstanding != nil || m.backoff || !m.haveLocal || m.left {
 		return nil, false
 	}
-	a := m.decide()
+	var a Action
+	switch {
+	case m.stale:
+		a = m.decideStale()
+	case m.haveState:
+		a = m.decide()
+	default:
+		return nil, false
+	}
 	if a == nil {
 		m.settled = true
 		return nil, false

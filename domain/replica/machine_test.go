@@ -51,6 +51,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	rf N                              the owner edits the replication factor
 //	cantell NODE                      NODE's pool tells when nothing was written since
 //	                                  the newest snapshot (OpenZFS written)
+//	unreadable NODE...                the shared state cannot be read from NODE (the API
+//	                                  server away, or NODE cut off from it): NODE's steps
+//	                                  observe StateUnreadable; a compare-and-swap by NODE
+//	                                  fails (and is printed as an error)
+//	readable NODE...                  NODE reads the shared state again
 //	print                             the shared state and every store
 func TestMachineScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -74,6 +79,7 @@ type scriptEnv struct {
 	canTell  map[Node]bool      // the pool tells an interval without writes (OpenZFS written)
 	inFlight map[Node]Action    // transfers in flight
 	decided  map[Node]Action    // decided on an earlier view, not yet carried out
+	blind    map[Node]bool      // cannot read (nor write) the shared state
 }
 
 func runScript(t *testing.T, path string) {
@@ -82,7 +88,7 @@ func runScript(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}}
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}, blind: map[Node]bool{}}
 	var rewritten strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
@@ -249,7 +255,7 @@ func (e *scriptEnv) run(f []string) error {
 	case "decide":
 		n := Node(f[1])
 		m := e.machines[n]
-		_ = m.Step(Observed{State: cloneState(e.state)})
+		_ = m.Step(e.observe(n))
 		_ = m.Step(e.localRead(n))
 		a, ok := m.Next()
 		if !ok {
@@ -307,6 +313,10 @@ func (e *scriptEnv) run(f []string) error {
 		return e.machines[n].Step(ActionDone{Action: a, Err: err})
 	case "terminate":
 		return e.machines[Node(f[1])].Step(Terminate{VolumeGone: len(f) > 2 && f[2] == "gone"})
+	case "unreadable", "readable":
+		for _, n := range f[1:] {
+			e.blind[Node(n)] = f[0] == "unreadable"
+		}
 	case "print":
 		fmt.Fprintf(e.out, "epoch=%d primary=%s rf=%d\n", e.state.Epoch, e.state.Primary, e.state.ReplicationFactor)
 		for _, r := range e.state.Replicas {
@@ -336,7 +346,7 @@ func (e *scriptEnv) step(n Node, limit int) {
 		return
 	}
 	for i := 0; i < limit; i++ {
-		_ = m.Step(Observed{State: cloneState(e.state)})
+		_ = m.Step(e.observe(n))
 		_ = m.Step(e.localRead(n))
 		a, ok := m.Next()
 		if !ok {
@@ -354,6 +364,15 @@ func (e *scriptEnv) step(n Node, limit int) {
 		}
 		_ = m.Step(ActionDone{Action: a, Err: err})
 	}
+}
+
+// observe is what node learns when it reads the shared state: the state,
+// or that it cannot be read.
+func (e *scriptEnv) observe(n Node) Event {
+	if e.blind[n] {
+		return StateUnreadable{}
+	}
+	return Observed{State: cloneState(e.state)}
 }
 
 // localRead is what node's store holds; a pool that can tell (cantell)
@@ -376,10 +395,14 @@ func describe(a Action) string {
 	case ReadPeer:
 		return "read peer " + string(a.Peer)
 	case Fetch:
-		if a.Base == nil {
-			return fmt.Sprintf("fetch full %v from %s", a.Target, a.Peer)
+		stale := ""
+		if a.Stale {
+			stale = " (stale view: unrecorded)"
 		}
-		return fmt.Sprintf("fetch %v..%v from %s", *a.Base, a.Target, a.Peer)
+		if a.Base == nil {
+			return fmt.Sprintf("fetch full %v from %s%s", a.Target, a.Peer, stale)
+		}
+		return fmt.Sprintf("fetch %v..%v from %s%s", *a.Base, a.Target, a.Peer, stale)
 	case Rollback:
 		keep := ""
 		if a.KeepAs != "" {
@@ -421,6 +444,9 @@ func (e *scriptEnv) exec(n Node, a Action) error {
 	if f, ok := e.failNext[n]; ok && strings.HasPrefix(describe(a), f[0]) {
 		delete(e.failNext, n)
 		return errors.New(f[1])
+	}
+	if e.blind[n] && needsState(a) {
+		return fmt.Errorf("%s cannot reach the shared state: a compare-and-swap on a stale view", n)
 	}
 	switch a := a.(type) {
 	case ReportSnapshot:
@@ -538,11 +564,25 @@ func (e *scriptEnv) land(n Node, a Action) error {
 	return nil
 }
 
-// transfer records the target, then lands the transfer now, or leaves it
-// in flight when the script made the node slow.
+// needsState: carrying a out writes the shared state (a compare-and-swap,
+// or a fetch that records its target first).
+func needsState(a Action) bool {
+	switch a := a.(type) {
+	case ReadPeer, TakeSnapshot, DestroySnapshots, Alert:
+		return false
+	case Fetch:
+		return !a.Stale
+	}
+	return true
+}
+
+// transfer records the target (not on a stale view), then lands the
+// transfer now, or leaves it in flight when the script made the node slow.
 func (e *scriptEnv) transfer(n Node, a Action, target Snap) error {
-	if err := e.cas(func(s *State) error { return RecordFetch(s, n, target) }); err != nil {
-		return err
+	if f, ok := a.(Fetch); !ok || !f.Stale {
+		if err := e.cas(func(s *State) error { return RecordFetch(s, n, target) }); err != nil {
+			return err
+		}
 	}
 	if e.slow[n] {
 		delete(e.slow, n)

@@ -111,6 +111,53 @@ func TestTheReplacedPrimaryIsOnAFencedBranchUntilItReportsTheNewEpoch(t *testing
 	}
 }
 
+func TestAReplicaThatReportsAFencedPrimarysSnapshotIsOnThatBranchToo(t *testing.T) {
+	// c fetched a's snapshot 9 of epoch 2 after b took over at 8 (both a
+	// and c were cut off from the state, not from each other: 5.6, on a
+	// stale view), and reports it once the state reads again.
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 8, Active: true, Ready: true},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 8, Ready: true, Taker: true},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 8, Ready: true, Taker: true},
+	}}
+	if err := Takeover(&s, "b", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Acknowledge(&s, "b", s.Epoch, []Node{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Report(&s, "c", Snap{Number: 9, Epoch: 2, GUID: 9}, true); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := s.Replica("c")
+	if !c.OnFencedBranch() || c.Ready || c.Forked != (Fork{Epoch: 3, At: Snap{Number: 8, Epoch: 2, GUID: 8}}) {
+		t.Fatalf("c, holding the fenced primary's 9 of epoch 2, is recorded %+v", c)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// b is lost before its first snapshot of epoch 3: c must not make the
+	// writes the takeover gave up the volume's history.
+	if err := Takeover(&s, "c", "b", 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("c, on the fenced branch, took over from b: %v", err)
+	}
+	// Once c resynced on b's line it is off the branch.
+	if err := Report(&s, "c", Snap{Number: 10, Epoch: 3, GUID: 10}, true); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Replica("c"); c.OnFencedBranch() || c.Forked.Epoch != 0 {
+		t.Fatalf("c, on b's line again, is recorded %+v", c)
+	}
+	// The primary's own reports, and a secondary's of the current line,
+	// never mark anything.
+	if err := Report(&s, "b", Snap{Number: 10, Epoch: 3, GUID: 10}, true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Replica("b"); b.Forked.Epoch != 0 {
+		t.Fatalf("the primary marked itself: %+v", b)
+	}
+}
+
 func TestTakeoverRefusesAReplicaThatIsNotReady(t *testing.T) {
 	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 2, Primary: "a", Replicas: []Replica{
 		{Node: "a", Snapshot: 40, SnapshotEpoch: 2, Active: true},

@@ -25,7 +25,9 @@ func Join(s *State, node Node) {
 // reported snapshot is at least as new as it. A replica on a fenced
 // branch (Replica.OnFencedBranch) is never recorded ready; its fork is
 // forgotten once it reports a snapshot of the takeover's epoch or later,
-// or no snapshot at all.
+// or no snapshot at all. A replica other than the primary that reports a
+// fenced primary's history (State.Fenced) is put on the branch the
+// takeover left (Forked at the current primary's snapshot).
 func Report(s *State, node Node, snap Snap, ready bool) error {
 	i := s.index(node)
 	if i < 0 {
@@ -44,6 +46,16 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 	}
 	if r.Forked.Epoch != 0 && !r.OnFencedBranch() {
 		r.Forked = Fork{}
+	}
+	if p, ok := s.Replica(s.Primary); ok && node != s.Primary && r.Forked.Epoch == 0 && p.Snapshot != 0 && s.Fenced(snap) {
+		// A fenced primary's history reported by another replica: one
+		// that fetched it from that primary on a stale view (both cut off
+		// from the shared state, 5.6), or whose report came after the
+		// takeover. Its copy is on the branch the takeover left, as the
+		// fenced primary's is: never ready, a source, a successor, nor
+		// counted as newer, until it reports a snapshot of this epoch or
+		// later (after its rollback, which keeps the branch aside first).
+		r.Forked = Fork{Epoch: s.Epoch, At: p.Holds()}
 	}
 	if r.OnFencedBranch() {
 		r.Ready = false

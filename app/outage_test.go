@@ -1,0 +1,163 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// outageState is a shared state that can be taken away, as an API server
+// that is away (a control-plane upgrade) or a node cut off from it: while
+// down, every read and write fails. Watch is not offered: the volume
+// managers read every tick.
+type outageState struct {
+	ports.ClusterState
+	down atomic.Bool
+	// writesWhileDown counts the compare-and-swaps tried while down.
+	writesWhileDown atomic.Int64
+}
+
+func (o *outageState) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	if o.down.Load() {
+		return replica.State{}, fmt.Errorf("read cluster state of volume %s: dial tcp 10.0.0.1:6443: connect: connection refused: %w", id, ports.ErrUnavailable)
+	}
+	return o.ClusterState.Get(ctx, id)
+}
+
+func (o *outageState) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
+	if o.down.Load() {
+		o.writesWhileDown.Add(1)
+		return replica.State{}, fmt.Errorf("update cluster state of volume %s: connection refused: %w", id, ports.ErrUnavailable)
+	}
+	return o.ClusterState.Update(ctx, id, fn)
+}
+
+func TestDuringAnAPIServerOutageThePrimaryKeepsSnapshottingAndTheSecondariesKeepFetching(t *testing.T) {
+	c := newCluster(t, 2, "a", "b", "c")
+	o := &outageState{ClusterState: c.state}
+	c.stateOverride = o
+	c.write("a", "v1")
+	for _, n := range []replica.Node{"a", "b", "c"} {
+		c.start(n)
+	}
+	c.eventually("b and c hold v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		cc, _ := st.Replica("c")
+		return c.holds("b", "v1") && c.holds("c", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b") && cc.Snapshot == c.newestStored("c")
+	})
+
+	o.down.Store(true)
+	before, _ := c.state.Get(ctx, volID)
+	start := c.newestStoredSnap("a")
+	// The pod on a writes on through the outage (its guard lets it: its
+	// peers promise); every write reaches both secondaries within a few
+	// snapshot intervals, as if the state were there.
+	for i := 2; i <= 6; i++ {
+		v := fmt.Sprintf("v%d", i)
+		c.write("a", v)
+		c.eventually("b and c hold "+v+" during the outage", func() bool { return c.holds("b", v) && c.holds("c", v) })
+	}
+	newest := c.newestStoredSnap("a")
+	if !newest.Newer(start) || newest.Epoch != before.Epoch {
+		t.Fatalf("a's newest snapshot went from %v to %v during the outage, epoch %d", start, newest, before.Epoch)
+	}
+	if st, _ := c.state.Get(ctx, volID); st.Version != before.Version {
+		t.Fatalf("the state changed during the outage: %+v", st)
+	}
+	if n := o.writesWhileDown.Load(); n != 0 {
+		t.Fatalf("%d compare-and-swaps were tried while the state could not be read", n)
+	}
+	if s := c.reps["b"].Status(); !s.StaleView || s.Snapshot >= newest.Number {
+		t.Fatalf("b's status during the outage: %+v (want the last view's snapshot, marked stale)", s)
+	}
+
+	// The state is back: every replica reports what it holds, and the
+	// list catches up with the stores.
+	o.down.Store(false)
+	c.eventually("the state caught up with the stores", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		for _, n := range []replica.Node{"a", "b", "c"} {
+			r, _ := st.Replica(n)
+			if r.Holds() != c.newestStoredSnap(n) || !r.Ready {
+				return false
+			}
+		}
+		a, _ := st.Replica("a")
+		return !a.Holds().Newer(newest) && a.Holds() == c.newestStoredSnap("b")
+	})
+	if s := c.reps["b"].Status(); s.StaleView {
+		t.Fatalf("b's status after the outage: %+v", s)
+	}
+	for _, r := range c.events.reasons() {
+		if r == "RolledBack" || r == "Replaced" || r == "FencedWritesKept" {
+			t.Fatalf("an outage discarded or kept aside something: events %v", c.events.reasons())
+		}
+	}
+}
+
+func TestAfterAnOutageASecondaryReportsAtOnceWhateverItsBackOff(t *testing.T) {
+	// The primary's node is lost during the outage, after b fetched its
+	// last snapshot: b's listings of a fail, and its back-off grows to
+	// MaxBackoffTicks. When the state is back a takeover comes after a
+	// lease period (5.8); b must have reported what it fetched by then,
+	// not a back-off later.
+	core, logs := observer.New(zap.InfoLevel)
+	c := newCluster(t, 2, "a", "b")
+	c.log = zap.New(core)
+	o := &outageState{ClusterState: c.state}
+	c.stateOverride = o
+	c.write("a", "v1")
+	tick := 50 * time.Millisecond
+	for _, n := range []replica.Node{"a", "b"} {
+		c.startWith(n, func(cfg *app.ReplicatorConfig) { cfg.Tick, cfg.SnapshotInterval = tick, 2*tick })
+	}
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b")
+	})
+	o.down.Store(true)
+	c.write("a", "v2")
+	c.eventually("b holds v2, fetched during the outage", func() bool { return c.holds("b", "v2") })
+	fetched := c.newestStoredSnap("b")
+	c.stop("a")
+	c.net.Cut("a")
+	failures := func() int {
+		return logs.FilterField(zap.String("node", "b")).FilterMessage("action failed; retrying on a later tick").Len()
+	}
+	if !within(30*time.Second, func() bool { return failures() >= 6 }) {
+		t.Fatalf("b failed only %d times to reach a", failures())
+	}
+	// b just failed for the sixth time in a row: its next settle is
+	// MaxBackoffTicks - 1 ticks away (3.15 s).
+	o.down.Store(false)
+	back := time.Now()
+	reported := func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return b.Holds() == fetched
+	}
+	if !within(time.Duration(app.MaxBackoffTicks)*tick/2, reported) {
+		t.Fatalf("b did not report %v within %s of the state's return", fetched, time.Duration(app.MaxBackoffTicks)*tick/2)
+	}
+	t.Logf("b reported %v %s after the state returned", fetched, time.Since(back).Round(time.Millisecond))
+	// A takeover now gives up nothing b fetched during the outage.
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return ackThenTakeover(s, "b", "a", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := c.state.Get(ctx, volID)
+	if b, _ := st.Replica("b"); !b.Active || b.Holds() != fetched {
+		t.Fatalf("after the takeover: %+v", st)
+	}
+}
