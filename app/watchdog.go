@@ -157,7 +157,7 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 		}
 		if !fencing {
-			w.log.Warn("the node's write permit ran out: primary fenced by its volume manager", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
+			w.log.Warn("the node's write permit ran out: primary fenced by its volume manager", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points), zap.String("kept", w.info.MountPath))
 		}
 		w.fencing.Store(true)
 		if pods == 0 && len(stopped) == 0 {

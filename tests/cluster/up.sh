@@ -125,8 +125,12 @@ done
 # --- zfs pools, one per node ----------------------------------------------
 for n in $(node_names); do
   pool="$(node_pool "$n")" img="$STATE/pools/$(node_pool "$n").img"
-  if zpool list -H -o name "$pool" >/dev/null 2>&1; then
-    continue
+  if health="$(zpool list -H -o health "$pool" 2>/dev/null)"; then
+    [ "$health" = ONLINE ] && continue
+    # A pool of an earlier run whose image went (zfs-fuse restarted after
+    # a cluster-down): it holds nothing; made anew.
+    zpool destroy -f "$pool" || die "zfs pool $pool is $health and cannot be destroyed"
+    log "zfs pool $pool was $health: destroyed"
   fi
   truncate -s "$POOL_SIZE" "$img"
   zpool create -f -m "$STATE/zfs/$pool" "$pool" "$img"
