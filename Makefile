@@ -145,10 +145,14 @@ CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTE
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
 	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)|$(NODE_LOSS_TESTS)')
 
-# Node loss (tests/cluster/node.sh kills or cuts off the primary's node):
-# prints "failover node-loss: N.N s" and "lost writes: N".
+# Node loss (tests/cluster/node.sh kills, cuts off, pauses or isolates the
+# primary's node): prints "failover node-loss: N.N s" and "lost writes: N".
+# Every TestNodeLoss* runs: killed, cut off, paused and resumed, declared
+# out of service, the API server stopped, a copy syncing while the primary
+# is cut off from the API server (three nodes), a cut shorter than the
+# takeover. make e2e's two-node phase runs only the kill and the cut.
 NODE_LOSS_TESTS := ^TestNodeLoss
-e2e-node-loss: ## on the running local cluster: the primary's node killed, then cut off; the pod runs with its data on the other copy's node (failover node-loss: N.N s, lost writes: N), the node returns and rejoins
+e2e-node-loss: ## on the running local cluster: the primary's node killed, cut off, paused, declared out of service; the pod runs with its data on the other copy's node (failover node-loss: N.N s, lost writes: N), the node returns and rejoins; a copy synced during a cut never takes over; a short blip gives the pod back
 	$(call CLUSTER_GOTEST,-run '$(NODE_LOSS_TESTS)')
 
 e2e: build ## node loss on the local cluster, three nodes then two (brought up as needed, left down): failover node-loss: N.N s and lost writes: N for each

@@ -24,6 +24,13 @@ if ! k -n ferry-system get secret ferry-peer-tls >/dev/null 2>&1; then
   k -n ferry-system create secret generic ferry-peer-tls --from-file="$STATE/peer-tls/ca.crt" \
     --from-file="$STATE/peer-tls/tls.crt" --from-file="$STATE/peer-tls/tls.key" >/dev/null
 fi
+# The overlay's node fence command (overlay/fence-node.yaml) is a script
+# for a static busybox the daemons mount read-only from here (the ferry
+# image has no shell); images.sh checked that busybox is static.
+busybox_bin="$(command -v busybox)"
+mkdir -p "$STATE/fence" "$STATE/fence-log"
+# install replaces the file (a new inode): a fence running the old one is unaffected.
+cmp -s "$busybox_bin" "$STATE/fence/busybox" || install -m 0755 "$busybox_bin" "$STATE/fence/busybox"
 k apply -k "$repo/tests/cluster/overlay" >/dev/null
 # A rebuilt ferry:dev has the same tag: restart the pods to run it.
 k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller >/dev/null

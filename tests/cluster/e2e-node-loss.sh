@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make e2e`: node loss on the local cluster, three nodes then two. On the
-# three-node cluster (brought up and deployed if it is not): the primary's
-# node killed, then cut off, then the API server stopped for a minute;
-# then the cluster is rebuilt with two nodes and the kill and the cut are
-# run again (the API server is the only arbiter: no third node). Each run
-# prints "failover node-loss: N.N s" and "lost writes: N". Leaves the
-# cluster down.
+# three-node cluster (brought up and deployed if it is not), every
+# TestNodeLoss*: the primary's node killed, cut off, paused and resumed,
+# declared out of service; the API server stopped for a minute; a copy
+# finishing its first sync while the primary cannot reach the API server; a
+# cut shorter than the takeover. Then the cluster is rebuilt with two nodes
+# and the kill and the cut are run again (the API server is the only
+# arbiter: no third node). Each failover prints "failover node-loss: N.N s"
+# and "lost writes: N". Leaves the cluster down.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export FERRY_E2E_T0="${FERRY_E2E_T0:-$(date +%s)}"

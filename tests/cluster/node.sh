@@ -6,16 +6,57 @@
 #   node.sh cut NODE      the node's network cut (veth down): it reaches
 #                         neither the API server nor the other nodes, and
 #                         everything on it keeps running
-#   node.sh restore NODE  network back, runtime and kubelet started again if
-#                         they are not running; waits until the node is Ready
+#   node.sh pause NODE    a stalled machine: its kubelet, containerd, shims
+#                         and every container process SIGSTOPped (their pids
+#                         and start times in $RUN/paused-NODE); the network
+#                         stays up
+#   node.sh resume NODE   SIGCONT to exactly the processes pause stopped
+#   node.sh isolate NODE  the node and its pods lose the API server (their
+#                         packets to it dropped), the other nodes still reach
+#                         it and it them
+#   node.sh restore NODE  a paused node resumed, an isolated one's rules
+#                         removed, network back, runtime and kubelet started
+#                         again if they are not running; waits until the
+#                         node is Ready
 set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root"
-[ $# -eq 2 ] || die "usage: node.sh kill|cut|restore NODE"
+usage="usage: node.sh kill|cut|pause|resume|isolate|restore NODE"
+[ $# -eq 2 ] || die "$usage"
 cmd="$1" n="$2"
 [ -e "/run/netns/$n" ] || die "no node $n (no network namespace /run/netns/$n)"
 veth="$(node_veth "$n")"
+paused="$RUN/paused-$n"
+
+# start_time PID: the process's start time (field 22 of /proc/PID/stat), so
+# that a pid recorded by pause is never mistaken for a later process.
+start_time() {
+  local stat f
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  stat="${stat##*) }" # past the command name, which may hold spaces
+  read -ra f <<<"$stat"
+  echo "${f[19]}"
+}
+
+# resume_paused: SIGCONT, in one kill, to every process pause stopped that
+# still is the process it stopped; forgets the record.
+resume_paused() {
+  local pid st pids=()
+  [ -f "$paused" ] || return 0
+  while read -r pid st; do
+    [ "$(start_time "$pid" 2>/dev/null)" = "$st" ] && pids+=("$pid")
+  done <"$paused"
+  if [ ${#pids[@]} -gt 0 ]; then kill -CONT "${pids[@]}" 2>/dev/null || true; fi
+  rm -f "$paused"
+  log "node $n resumed (${#pids[@]} processes)"
+}
+
+# The API server's address and port, dropped for the node itself (OUTPUT:
+# its kubelet) and its pods (FORWARD: also the kubernetes service, DNAT'd to
+# it before filtering).
+isolate_rule=(-d "$APISERVER_IP/32" -p tcp --dport "$APISERVER_PORT" -j DROP)
+in_node() { nsenter --net="/run/netns/$n" "$@"; }
 
 case "$cmd" in
 cut)
@@ -47,7 +88,53 @@ kill)
   done
   log "node $n killed (${#pids[@]} processes)"
   ;;
+pause)
+  [ -f "$paused" ] && die "node $n is paused already ($paused)"
+  # The kubelet and the runtime first (they start nothing more), then the
+  # shims and container processes, swept again until no new one shows up
+  # (a container may fork between the listing and the stop).
+  declare -A stopped=()
+  : >"$paused.tmp"
+  stop_pids() {
+    local p st
+    for p in "$@"; do
+      [ -n "${stopped[$p]:-}" ] && continue
+      st="$(start_time "$p")" || continue
+      kill -STOP "$p" 2>/dev/null || continue
+      stopped[$p]=1
+      echo "$p $st" >>"$paused.tmp"
+    done
+  }
+  pids=()
+  for name in "kubelet-$n" "containerd-$n"; do
+    if pid="$(pid_of "$name")"; then pids+=("$pid"); fi
+  done
+  stop_pids "${pids[@]}"
+  for _ in $(seq 1 20); do
+    before=${#stopped[@]}
+    mapfile -t more < <(runtime_procs "$(node_dir "$n")")
+    [ ${#more[@]} -gt 0 ] && stop_pids "${more[@]}"
+    [ ${#stopped[@]} -eq "$before" ] && break
+  done
+  mv "$paused.tmp" "$paused"
+  log "node $n paused (${#stopped[@]} processes, listed in $paused)"
+  ;;
+resume)
+  [ -f "$paused" ] || die "node $n is not paused (no $paused)"
+  resume_paused
+  ;;
+isolate)
+  for chain in OUTPUT FORWARD; do
+    in_node iptables -C "$chain" "${isolate_rule[@]}" 2>/dev/null ||
+      in_node iptables -I "$chain" 1 "${isolate_rule[@]}"
+  done
+  log "node $n isolated from the API server"
+  ;;
 restore)
+  resume_paused
+  for chain in OUTPUT FORWARD; do
+    while in_node iptables -D "$chain" "${isolate_rule[@]}" 2>/dev/null; do :; done
+  done
   ip link set "$veth" up
   if ! running "containerd-$n"; then
     start_containerd "$n"
@@ -59,6 +146,6 @@ restore)
   log "node $n restored"
   ;;
 *)
-  die "usage: node.sh kill|cut|restore NODE"
+  die "$usage"
   ;;
 esac

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -131,7 +132,9 @@ func replicated(t *testing.T, vol, first string) {
 // reaching nobody, and fences itself); the pod must run with its data on
 // the other copy's node within the goal, with never two active primaries,
 // at most about one snapshot interval of writes lost, and the node, back,
-// rejoins as a ready secondary. It prints the figures the README records.
+// rejoins as a ready secondary. The survivor ran the cluster's node fence
+// command (tests/cluster/overlay/fence-node.yaml) for the lost node before
+// it took over. It prints the figures the README records.
 func nodeLoss(t *testing.T, fault string) {
 	ns := namespace(t)
 	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
@@ -150,12 +153,20 @@ func nodeLoss(t *testing.T, fault string) {
 	start := time.Now()
 	nodeFault(t, fault, first)
 	maxActive := 0
+	var tookOver time.Time // when another primary was first seen
 	pod, second, ready := readyPodElsewhere(t, ns, "w", first, 60*time.Second, func() {
-		if rv, err := getRV(t, vol); err == nil && activeCount(rv) > maxActive {
-			maxActive = activeCount(rv)
+		if rv, err := getRV(t, vol); err == nil {
+			maxActive = max(maxActive, activeCount(rv))
+			if p := rv.Status.Primary; p != "" && p != first && tookOver.IsZero() {
+				tookOver = time.Now()
+			}
 		}
 	})
 	took := ready.Sub(start)
+	if tookOver.IsZero() {
+		tookOver = ready // the takeover came before the pod was ready
+	}
+	nodeFencedBefore(t, vol, first, start, tookOver)
 	// Tainted before its pods were deleted: nothing new lands on it.
 	if out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}"); !strings.Contains(out, "ferry.zfs.csi.io/fenced") {
 		t.Errorf("the lost node %s is not tainted fenced: %s", first, out)
@@ -222,22 +233,7 @@ func nodeLoss(t *testing.T, fault string) {
 	// its taint goes, and the pod keeps writing where it runs.
 	nodeFault(t, "restore", first)
 	restored = true
-	eventually(t, "the returned node's copy ready again", 180*time.Second, func() (bool, string) {
-		rv, err := getRV(t, vol)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, r := range rv.Status.Replicas {
-			if r.Node == first {
-				return r.Ready && !r.Active && rv.Status.Primary == second, fmt.Sprintf("%+v", rv.Status)
-			}
-		}
-		return false, fmt.Sprintf("%+v", rv.Status)
-	})
-	eventually(t, "the fenced taint lifted", 60*time.Second, func() (bool, string) {
-		out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}")
-		return !strings.Contains(out, "ferry.zfs.csi.io/fenced"), out
-	})
+	returnedNodeRejoins(t, vol, first, second)
 	if n := hostLast(t, first, vol); n < resumed {
 		t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
 	}
@@ -245,13 +241,95 @@ func nodeLoss(t *testing.T, fault string) {
 	// aside on that node before its copy was rolled back, and the event
 	// names it.
 	if lastOld > resumed {
-		out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", "ferry-"+first+"/ferry-fenced").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), vol) {
-			t.Errorf("no copy of the fenced writes kept on %s: %v %s", first, err, out)
+		fencedWritesKept(t, first, vol)
+	}
+}
+
+// volumeEvents is every event on the volume, "Reason message" a line.
+func volumeEvents(t *testing.T, vol string) string {
+	out, _ := kubectl(t, "", "get", "events", "-A", "--field-selector", "involvedObject.name="+vol, "-o",
+		`jsonpath={range .items[*]}{.reason} {.message}{"\n"}{end}`)
+	return out
+}
+
+// fenceLog is the record the test cluster's node fence command keeps on
+// the host (tests/cluster/overlay/fence-node.yaml): "<unix time> <node>"
+// a line, for each run.
+func fenceLog() string {
+	return filepath.Join(envOr("FERRY_E2E_DIR", "/var/lib/ferry-e2e"), "fence-log", "fenced")
+}
+
+// nodeFencedBefore checks that a survivor ran the configured node fence
+// for node before it took vol over: a NodeFenced event on the volume names
+// the node, and the command's record of it lies between the fault and the
+// takeover as the test saw it (whole seconds: the script's clock is `date
+// +%s`, the host's as the test's).
+func nodeFencedBefore(t *testing.T, vol, node string, fault, took time.Time) {
+	t.Helper()
+	eventually(t, "a NodeFenced event naming "+node, 30*time.Second, func() (bool, string) {
+		ev := volumeEvents(t, vol)
+		for _, l := range strings.Split(ev, "\n") {
+			if strings.HasPrefix(l, "NodeFenced ") && strings.Contains(l, "node "+node+",") {
+				return true, ""
+			}
 		}
-		if ev, _ := kubectl(t, "", "get", "events", "-A", "--field-selector", "involvedObject.name="+vol, "-o", "jsonpath={.items[*].reason}"); !strings.Contains(ev, "FencedWritesKept") {
-			t.Errorf("no FencedWritesKept event for %s: %s", vol, ev)
+		return false, ev
+	})
+	b, err := os.ReadFile(fenceLog())
+	if err != nil {
+		t.Fatalf("the node fence command's record: %v (is the overlay's --fence-node-command deployed? make cluster-deploy)", err)
+	}
+	var runs []int64
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || f[1] != node {
+			continue
 		}
+		if at, err := strconv.ParseInt(f[0], 10, 64); err == nil && at >= fault.Unix() {
+			runs = append(runs, at)
+		}
+	}
+	if len(runs) == 0 {
+		t.Fatalf("the node fence command recorded no run for %s since the fault (%d):\n%s", node, fault.Unix(), b)
+	}
+	if runs[0] > took.Unix() {
+		t.Fatalf("the node fence command ran for %s at %d, after the takeover was seen at %d", node, runs[0], took.Unix())
+	}
+	t.Logf("node fence of %s ran %d s after the fault, the takeover was seen %.1f s after it", node, runs[0]-fault.Unix(), took.Sub(fault).Seconds())
+}
+
+// returnedNodeRejoins waits until node's copy is a ready secondary of the
+// current epoch under primary, and its fenced taint is gone.
+func returnedNodeRejoins(t *testing.T, vol, node, primary string) {
+	t.Helper()
+	eventually(t, "the returned node's copy ready in the new epoch", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, r := range rv.Status.Replicas {
+			if r.Node == node {
+				return r.Ready && !r.Active && r.Epoch == rv.Status.Epoch && rv.Status.Primary == primary, fmt.Sprintf("%+v", rv.Status)
+			}
+		}
+		return false, fmt.Sprintf("%+v", rv.Status)
+	})
+	eventually(t, "the fenced taint lifted", 60*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "get", "node", node, "-o", "jsonpath={.spec.taints}")
+		return !strings.Contains(out, "ferry.zfs.csi.io/fenced"), out
+	})
+}
+
+// fencedWritesKept checks that what node wrote past the copy the survivor
+// took over from was kept aside on node, and the event names it.
+func fencedWritesKept(t *testing.T, node, vol string) {
+	t.Helper()
+	out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", "ferry-"+node+"/ferry-fenced").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), vol) {
+		t.Errorf("no copy of the fenced writes kept on %s: %v %s", node, err, out)
+	}
+	if ev := volumeEvents(t, vol); !strings.Contains(ev, "FencedWritesKept") {
+		t.Errorf("no FencedWritesKept event for %s: %s", vol, ev)
 	}
 }
 

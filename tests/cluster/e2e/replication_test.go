@@ -23,12 +23,14 @@ type rvStatus struct {
 		ReadyReplicas int    `json:"readyReplicas"`
 		Primary       string `json:"primary"`
 		Newest        string `json:"newest"`
+		Epoch         int64  `json:"epoch"`
 		Replicas      []struct {
 			Node     string `json:"node"`
 			Snapshot int64  `json:"snapshot"`
 			Epoch    int64  `json:"snapshotEpoch"`
 			Active   bool   `json:"active"`
 			Ready    bool   `json:"ready"`
+			Taker    bool   `json:"taker"`
 		} `json:"replicas"`
 	} `json:"status"`
 }
