@@ -115,7 +115,10 @@ func (f *Fencer) Fence(ctx context.Context, points []string, keep string) ([]por
 	if err != nil {
 		return s.stopped, fmt.Errorf("fence: own mount namespace: %w", err)
 	}
-	s.match = s.foreign(own, keep)
+	// The host's mount namespace is pid 1's; where it cannot be read (a
+	// sandbox hiding pid 1), the points alone keep the node's tree out.
+	host, _ := os.Readlink(filepath.Join(f.opts.Proc, "1", "ns", "mnt"))
+	s.match = s.foreign(own, host, keep, points)
 	if err := s.stopWriters(ctx); err != nil {
 		return s.stopped, err
 	}
@@ -123,16 +126,24 @@ func (f *Fencer) Fence(ctx context.Context, points []string, keep string) ([]por
 }
 
 // foreign returns the predicate of a process whose mount namespace (not
-// own) shows a fenced filesystem mounted at a path that is neither keep
-// nor a view of the host's tree ending in keep (a pod that mounts the
-// host's / sees the dataset at /host<keep>: it is no writer of the
-// volume's pod). Each namespace's mount table is read once.
-func (s *scan) foreign(own, keep string) func(pid int) bool {
+// own, not the host's: the kubelet's and the node's own processes are
+// stopped only when they hold the filesystem) shows a fenced filesystem
+// mounted at a path that is neither keep, nor a view of the host's tree
+// ending in keep (a pod that mounts the host's / sees the dataset at
+// /host<keep>: it is no writer of the volume's pod), nor one of points
+// (a namespace that shares the host's tree, a node's kubelet's, where an
+// unmount here has not reached yet): a container's own copy of its pod's
+// mount. Each namespace's mount table is read once.
+func (s *scan) foreign(own, host, keep string, points []string) func(pid int) bool {
+	known := make(map[string]bool, len(points))
+	for _, p := range points {
+		known[p] = true
+	}
 	seen := map[string]bool{}
 	return func(pid int) bool {
 		dir := filepath.Join(s.opts.Proc, strconv.Itoa(pid))
 		ns, err := os.Readlink(filepath.Join(dir, "ns", "mnt"))
-		if err != nil || ns == own {
+		if err != nil || ns == own || (host != "" && ns == host) {
 			return false
 		}
 		if v, ok := seen[ns]; ok {
@@ -142,15 +153,16 @@ func (s *scan) foreign(own, keep string) func(pid int) bool {
 		if err != nil {
 			return false
 		}
-		v := s.showsElsewhere(b, keep)
+		v := s.showsElsewhere(b, keep, known)
 		seen[ns] = v
 		return v
 	}
 }
 
 // showsElsewhere reads a mountinfo table: does a fenced filesystem appear
-// at a mount point other than keep (or a path ending in keep)?
-func (s *scan) showsElsewhere(mountinfo []byte, keep string) bool {
+// at a mount point other than keep (or a path ending in keep) and the
+// points known?
+func (s *scan) showsElsewhere(mountinfo []byte, keep string, known map[string]bool) bool {
 	for _, line := range strings.Split(string(mountinfo), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 {
@@ -165,7 +177,7 @@ func (s *scan) showsElsewhere(mountinfo []byte, keep string) bool {
 		if err1 != nil || err2 != nil || !s.devs[unix.Mkdev(uint32(ma), uint32(mi))] {
 			continue
 		}
-		if mp := unescapeOctal(f[4]); mp != keep && (keep == "" || !strings.HasSuffix(mp, keep)) {
+		if mp := unescapeOctal(f[4]); mp != keep && !known[mp] && (keep == "" || !strings.HasSuffix(mp, keep)) {
 			return true
 		}
 	}

@@ -229,7 +229,18 @@ func TestFenceStopsTheWritersOfAZFSVolumeAndRemovesThePodsMount(t *testing.T) {
 	// A container: a mount namespace of its own with a private copy of the
 	// pod's mount, opening the file anew for every write (it holds
 	// nothing between writes).
-	container := start(t, "unshare", "-m", "--propagation", "private", "sh", "-c", `while :; do echo x >> "$1/ns"; sleep 0.05; done`, "sh", target)
+	// Its copy lies at a path of its own (a container sees it at its
+	// mount path in its root, not at the pod's target).
+	inside := filepath.Join(tmp, "container-data")
+	if err := os.MkdirAll(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	container := start(t, "unshare", "-m", "--propagation", "private", "sh", "-c", `mount --bind "$1" "$2" && umount "$1" && while :; do echo x >> "$2/ns"; sleep 0.05; done`, "sh", target, inside)
+	// A namespace with a private copy of the node's tree (as a kubelet
+	// started in a namespace of its own has): the unmount does not reach
+	// it, so it still shows the dataset at the pod's target, but it holds
+	// nothing there: it is not stopped (it may be the node's kubelet).
+	nodeView := start(t, "unshare", "-m", "--propagation", "private", "sleep", "1000")
 	// A namespace that receives the host's unmounts (a pod viewing the
 	// host's tree): once the pod's mount is gone it shows the dataset at
 	// its own mountpoint only, and is no writer.
@@ -252,6 +263,9 @@ func TestFenceStopsTheWritersOfAZFSVolumeAndRemovesThePodsMount(t *testing.T) {
 	container.killed(t, "the writer in a mount namespace of its own")
 	if !hostView.alive() {
 		t.Error("a namespace that sees the dataset only at its own mountpoint was stopped")
+	}
+	if !nodeView.alive() {
+		t.Error("a namespace that sees the dataset only where the fence was given it (the node's tree) and holds nothing was stopped")
 	}
 	got := pids(stopped)
 	if got[writer.pid] != "sh" || got[idle.pid] != "sleep" {

@@ -102,8 +102,7 @@ func TestTheReplicaPodsShareTheDaemonsControlDirectoryAndWhatTheirWatchdogNeeds(
 		t.Errorf("the volume managers' --control-dir %s is the host's %q, the daemon's --replica-control-dir %s the host's %q", vmCtl, host, ctl, hostOf(ctl))
 	}
 	if _, on := flagValue(tpl.Args, "watchdog"); !on {
-		t.Error("the replica template does not pass --watchdog: a node whose daemon is down has no fence")
-		return
+		return // not enabled (deploy/replica.yaml says why): nothing more it needs
 	}
 	if !tpl.HostPID {
 		t.Error("--watchdog without hostPID: the fence would see no pod's process")
