@@ -362,8 +362,19 @@ func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
 	// The other copy holds snapshots: it could take over, so without its
 	// promise the primary would have to fence.
 	replicated(t, vol, first)
+	rv, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for _, r := range rv.Status.Replicas {
+		if r.Node != first {
+			other = r.Node
+		}
+	}
 	stopped := true
 	apiserverSignal(t, "STOP")
+	held := newestHeld(t, other, vol)
 	t.Cleanup(func() {
 		if stopped {
 			apiserverSignal(t, "CONT")
@@ -379,6 +390,11 @@ func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
 		} else if time.Since(lastAt) > 5*time.Second {
 			t.Fatalf("the writer on %s stopped at %d during the outage: fenced", first, n)
 		}
+	}
+	// Issue 21.8: the other copy kept receiving the primary's snapshots
+	// over the peer service (60 s at the 2 s interval: far more than 5).
+	if now := newestHeld(t, other, vol); now < held+5 {
+		t.Errorf("during the 60 s outage %s received snapshots %d..%d only: shipping stopped with the API server", other, held, now)
 	}
 	apiserverSignal(t, "CONT")
 	stopped = false
