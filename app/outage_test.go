@@ -161,3 +161,62 @@ func TestAfterAnOutageASecondaryReportsAtOnceWhateverItsBackOff(t *testing.T) {
 		t.Fatalf("after the takeover: %+v", st)
 	}
 }
+
+// hangingState is an API server that stops answering (a SIGSTOP, a
+// partition that drops packets): from the first write after hang is
+// armed, every read and write waits until its context ends.
+type hangingState struct {
+	ports.ClusterState
+	armed, hung atomic.Bool
+}
+
+func (h *hangingState) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	if h.hung.Load() {
+		<-ctx.Done()
+		return replica.State{}, fmt.Errorf("read cluster state of volume %s: %w", id, ctx.Err())
+	}
+	return h.ClusterState.Get(ctx, id)
+}
+
+func (h *hangingState) Update(ctx context.Context, id volume.ID, fn func(*replica.State) error) (replica.State, error) {
+	if h.armed.Load() {
+		h.hung.Store(true)
+	}
+	if h.hung.Load() {
+		<-ctx.Done()
+		return replica.State{}, fmt.Errorf("update cluster state of volume %s: %w", id, ctx.Err())
+	}
+	return h.ClusterState.Update(ctx, id, fn)
+}
+
+// Issue 21.8: the API server stops answering in the middle of a
+// compare-and-swap. The write is bounded (it must not hold the volume
+// manager for the whole outage): the primary goes on snapshotting by the
+// stale view's rules, and the secondaries on fetching.
+func TestAWriteHangingWhenTheAPIServerStopsDoesNotStopTheShipping(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	h := &hangingState{ClusterState: c.state}
+	c.stateOverride = h
+	c.write("a", "v1")
+	for _, n := range []replica.Node{"a", "b"} {
+		c.start(n)
+	}
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b")
+	})
+	h.armed.Store(true) // the next write (a's report of v2's snapshot, b's of its fetch) hangs
+	for i := 2; i <= 4; i++ {
+		v := fmt.Sprintf("v%d", i)
+		c.write("a", v)
+		// Each read now waits out its bound (2 s) before the stale view's
+		// rules apply: slower than an outage that refuses at once.
+		if !within(40*time.Second, func() bool { return c.holds("b", v) }) {
+			t.Fatalf("b does not hold %s while the API server hangs", v)
+		}
+	}
+	if !h.hung.Load() {
+		t.Fatal("no write was tried after v1: the test did not hang the API server mid-write")
+	}
+}

@@ -565,6 +565,23 @@ func (r *Replicator) read(ctx context.Context) (replica.State, error) {
 	return r.cluster.Get(rctx, r.cfg.Volume)
 }
 
+// updateState changes the shared state by compare-and-swap within a bound
+// (stateWriteTimeout): a write that hangs (an API server stopped, a node
+// cut off from it) must not hold the volume manager, which goes on by the
+// stale view's rules meanwhile. A write cut short may have landed: the
+// machine reads the state again before it decides anything more.
+func (r *Replicator) updateState(ctx context.Context, fn func(*replica.State) error) (replica.State, error) {
+	wctx, cancel := context.WithTimeout(ctx, stateWriteTimeout(r.cfg.Tick))
+	defer cancel()
+	return r.cluster.Update(wctx, r.cfg.Volume, fn)
+}
+
+// stateWriteTimeout bounds one compare-and-swap (a read and a write,
+// again on a conflict): twice a read's bound.
+func stateWriteTimeout(tick time.Duration) time.Duration {
+	return 2 * stateReadTimeout(tick)
+}
+
 // readable reports whether the shared state reads again (or is known to
 // be gone): the end of a stale view.
 func (r *Replicator) readable(ctx context.Context) bool {

@@ -107,7 +107,7 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 	case replica.LeaveVolume:
 		return r.leave(ctx, a)
 	case replica.BecomePrimary:
-		st, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error { return replica.Promote(s, r.cfg.Node) })
+		st, err := r.updateState(ctx, func(s *replica.State) error { return replica.Promote(s, r.cfg.Node) })
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (r *Replicator) keepAside(ctx context.Context, name, gone, what string) err
 // update runs a domain rule on the volume's shared state by
 // compare-and-swap.
 func (r *Replicator) update(ctx context.Context, fn func(*replica.State) error) error {
-	_, err := r.cluster.Update(ctx, r.cfg.Volume, fn)
+	_, err := r.updateState(ctx, fn)
 	return err
 }
 
@@ -415,7 +415,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		holds.Kept = a.KeepAs
 	}
 	var verdict replica.DeletionVerdict
-	_, err := r.cluster.Update(ctx, r.cfg.Volume, func(s *replica.State) error {
+	_, err := r.updateState(ctx, func(s *replica.State) error {
 		v, err := replica.Leave(s, r.cfg.Node, holds, a.VolumeGone)
 		verdict = v
 		return err
@@ -429,7 +429,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		return err
 	}
 	if !a.VolumeGone && len(verdict.Holders) > 0 {
-		st, err := r.cluster.Get(ctx, r.cfg.Volume)
+		st, err := r.read(ctx)
 		if err != nil {
 			return fmt.Errorf("re-reading the replica list after leaving: %w", err)
 		}
@@ -457,7 +457,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 // period. It reports false, with nothing kept, when the volume's state is
 // gone (the copy then goes by the orphan rule: destroyed here).
 func (r *Replicator) keepBeforeLeaving(ctx context.Context, a replica.LeaveVolume) (bool, error) {
-	st, err := r.cluster.Get(ctx, r.cfg.Volume)
+	st, err := r.read(ctx)
 	if errors.Is(err, ports.ErrNotFound) {
 		return false, r.destroyOrphan(ctx, a.Holds)
 	}
@@ -488,7 +488,7 @@ func (r *Replicator) keepBeforeLeaving(ctx context.Context, a replica.LeaveVolum
 // removes the state (ports.ClusterState.Delete). A state gone meanwhile
 // (its finalizer removed by hand) leaves the copy to the orphan rule.
 func (r *Replicator) leaveDeleted(ctx context.Context, holds replica.Holding) error {
-	st, err := r.cluster.Get(ctx, r.cfg.Volume)
+	st, err := r.read(ctx)
 	switch {
 	case errors.Is(err, ports.ErrNotFound):
 		return r.destroyOrphan(ctx, holds)

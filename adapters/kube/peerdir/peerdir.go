@@ -167,6 +167,10 @@ type cached struct {
 	at   time.Time
 }
 
+// resolveTimeout bounds one read of a Lease: a healthy API server answers
+// in milliseconds, and a peer action waits for it.
+const resolveTimeout = 2 * time.Second
+
 // NewResolver returns a resolver reading Leases in namespace.
 func NewResolver(client kubernetes.Interface, namespace string, ttl time.Duration) *Resolver {
 	return &Resolver{client: client, namespace: namespace, ttl: ttl, cache: map[replica.Node]cached{}}
@@ -181,10 +185,16 @@ func (r *Resolver) Resolve(node replica.Node) (string, error) {
 	if ok && time.Since(c.at) < r.ttl {
 		return c.addr, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 	defer cancel()
 	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
 	if err != nil {
+		if ok && c.addr != "" {
+			// The API server is away (or this node is cut off from it):
+			// the address the lease last published. A node's address
+			// changes only with a new pod, which takes the API server.
+			return c.addr, nil
+		}
 		return "", fmt.Errorf("peer address of node %s: %v: %w", node, err, ports.ErrUnavailable)
 	}
 	addr := l.Annotations[AnnotationPeerAddress]

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 
@@ -66,5 +68,30 @@ func TestLeaseNamesAreValidForLongNodeNames(t *testing.T) {
 	}
 	if n := LeaseName(replica.Node("x" + long)); len(n) > 253 || !strings.HasPrefix(n, "ferry-node-") {
 		t.Errorf("LeaseName(long) = %q", n)
+	}
+}
+
+// Issue 21.8: while the API server cannot be read, a node's address is
+// the one its lease last published (copies keep fetching from the
+// primary during an outage); a node never resolved still answers
+// ErrUnavailable.
+func TestTheLastAddressServesWhileTheLeaseCannotBeRead(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	if err := NewPublisher(client, "ns", "a", "1.1.1.1:1").Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(client, "ns", 0) // every call reads
+	if _, err := r.Resolve("a"); err != nil {
+		t.Fatal(err)
+	}
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server is away")
+	})
+	if addr, err := r.Resolve("a"); err != nil || addr != "1.1.1.1:1" {
+		t.Fatalf("during an outage: %q, %v; want the last address", addr, err)
+	}
+	if _, err := r.Resolve("b"); !errors.Is(err, ports.ErrUnavailable) {
+		t.Fatalf("a node never resolved during an outage: %v, want ErrUnavailable", err)
 	}
 }
