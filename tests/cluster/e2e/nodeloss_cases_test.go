@@ -434,7 +434,28 @@ func TestNodeLossOutOfServiceTakesOverAtOnce(t *testing.T) {
 	must(t, "", "taint", "node", first, oos+"-")
 	nodeFault(t, "restore", first)
 	restored = true
-	returnedNodeRejoins(t, vol, first, second)
+	// The out-of-service taint deleted every pod on the node, its replica
+	// pods too: the volume's ReplicaSet placed the copy it lacked on
+	// another node meanwhile. The volume is whole again (every copy ready
+	// in the new epoch); the returned node's copy is either one of them or
+	// no longer listed (surplus: it leaves), and its taint goes.
+	eventually(t, "the volume whole again in the new epoch", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, r := range rv.Status.Replicas {
+			if r.Ready && r.Epoch == rv.Status.Epoch {
+				ready++
+			}
+		}
+		return ready == rv.Spec.ReplicationFactor && rv.Status.Primary == second, fmt.Sprintf("%+v", rv.Status)
+	})
+	eventually(t, "the fenced taint lifted", 180*time.Second, func() (bool, string) {
+		out, _ := kubectl(t, "", "get", "node", first, "-o", "jsonpath={.spec.taints}")
+		return !strings.Contains(out, "ferry.zfs.csi.io/fenced"), out
+	})
 }
 
 // Issue 21, 1(a)/(b): a copy that completes its first sync while the
