@@ -66,6 +66,8 @@ type Replicator struct {
 	// the machine decides on its last view (replica.StateUnreadable).
 	// Only Run's goroutine (and Terminate's, after Run) touch it.
 	stale bool
+	// roundStale: this settle round already found the state unreadable.
+	roundStale bool
 
 	mu     sync.Mutex
 	status Status
@@ -411,6 +413,10 @@ func (r *Replicator) ReleaseAndWait(ctx context.Context) error {
 // the next tick settles again. full lists the local store even when the
 // machine's view of it is current.
 func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete bool) {
+	// One read of the shared state that waits out its bound per round: on
+	// a stale view the round's next steps decide on it without waiting
+	// again (each read of a stopped API server costs its whole bound).
+	r.roundStale = false
 	for i := 0; i < 64 && ctx.Err() == nil; i++ {
 		err := r.observe(ctx, full && i == 0)
 		stale := errors.Is(err, errStaleView)
@@ -497,7 +503,11 @@ func progressMade(a replica.Action) bool {
 // (replica.Machine.NeedsLocal: only its own actions change them) or full
 // is set.
 func (r *Replicator) observe(ctx context.Context, full bool) error {
-	st, err := r.read(ctx)
+	var st replica.State
+	err := errRoundStale
+	if !r.roundStale {
+		st, err = r.read(ctx)
+	}
 	switch {
 	case err == nil:
 		// The state first: a state that contradicts the machine's view
@@ -517,7 +527,7 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		if !r.stale {
 			r.log.Warn("cannot read the volume's state: acting on the last view (snapshots and incremental fetches from the primary only) until it reads again", zap.Error(err))
 		}
-		r.stale = true
+		r.stale, r.roundStale = true, true
 		_ = r.m.Step(replica.StateUnreadable{})
 	}
 	if full || r.m.NeedsLocal() {
@@ -588,6 +598,10 @@ func (r *Replicator) readable(ctx context.Context) bool {
 	_, err := r.read(ctx)
 	return err == nil || errors.Is(err, ports.ErrNotFound)
 }
+
+// errRoundStale stands for a read not made again in a round that found
+// the state unreadable.
+var errRoundStale = errors.New("the volume's state could not be read earlier in this round")
 
 // stateReadTimeout bounds one read of the shared state: two ticks, at
 // least 2 s (a healthy API server answers a GET in milliseconds; a read
