@@ -526,3 +526,37 @@ func TestTheTaintIsLiftedOverACopyThatCannotResyncYet(t *testing.T) {
 	a2 := NewSurvivor(Config{Node: "a", Lease: timing, Lag: 1}, clock2.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
 	renewing(a2, clock2, "3") // the mock refuses a second lift
 }
+
+// The survivor reads again at the instant a silent node's lease runs out
+// (duration + margin after the read that last saw it change), not at its
+// next period: a node lost is taken for lost up to a period sooner.
+func TestTheSurvivorReadsAgainWhenALeaseRunsOut(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{}}
+	leases.renew("a", "1")
+	leases.renew("b", "1")
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return(nil, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
+	ctx := context.Background()
+	for at := time.Duration(0); at <= 4*time.Second; at += time.Second {
+		clock.set(at)
+		leases.renew("b", at.String())
+		if err := b.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if at < 4*time.Second {
+			if got := b.nextStep(at); got != time.Second {
+				t.Fatalf("at %s the next read waits %s, want the period", at, got)
+			}
+		}
+	}
+	clock.set(4700 * time.Millisecond) // a step begun at 4.6 s ended now
+	if got := b.nextStep(4600 * time.Millisecond); got != 800*time.Millisecond {
+		t.Fatalf("the next read waits %s, want 800ms: a's lease, unchanged since 0, runs out at 5.5 s, before the period's 5.6 s", got)
+	}
+}

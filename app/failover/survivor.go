@@ -75,19 +75,38 @@ func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports
 
 // Run reads the leases every Renew and acts on what it finds until ctx
 // ends.
+//
+// A node whose lease stops changing is read again at the instant it may
+// be taken for lost (liveness.Observer.NextLoss), not at the next period:
+// up to a period sooner, at one read more per loss.
 func (s *Survivor) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Lease.Renew)
-	defer t.Stop()
 	for {
+		start := s.clock()
 		if err := s.Step(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("failover check incomplete", zap.Error(err))
 		}
+		wait := s.nextStep(start)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// nextStep is how long after a step begun at start the next one waits: a
+// period, or less when a node may be taken for lost sooner.
+func (s *Survivor) nextStep(start time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	next := start + s.cfg.Lease.Renew
+	if at, ok := s.obs.NextLoss(now); ok && at < next {
+		next = at
+	}
+	return max(next-now, time.Millisecond)
 }
 
 // Promise answers node's request for a promise not to take its volumes

@@ -313,6 +313,34 @@ func (o *Observer) Lost(now time.Duration) []replica.Node {
 	return slices.Compact(out)
 }
 
+// NextLoss is the earliest instant after now at which Lost may name a
+// node it does not name at now, if the leases read so far do not change:
+// a seen node's lease unchanged for Duration + Margin, and no promise of
+// this observer's running. A reader that reads again then, rather than at
+// its next period, takes a lost node for lost on time (its reads also
+// see every renewal, which defers it). False when nothing is pending
+// (blind: every age restarts at the next read).
+func (o *Observer) NextLoss(now time.Duration) (time.Duration, bool) {
+	if o.blind {
+		return 0, false
+	}
+	var next time.Duration
+	found := false
+	for n, s := range o.seen {
+		if n == o.self || slices.Contains(o.off, n) {
+			continue
+		}
+		at := max(s.at+o.cfg.Duration+o.cfg.Margin, o.promised[n])
+		if at <= now {
+			continue // lost already (or a promise ran out at now)
+		}
+		if !found || at < next {
+			next, found = at, true
+		}
+	}
+	return next, found
+}
+
 // Takeover is one volume a node must take over: its primary's node is
 // lost and the node is its Successor. Released: that primary had released
 // the volume holding the only copy of its final snapshot

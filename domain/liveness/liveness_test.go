@@ -157,3 +157,33 @@ func TestEveryObserverNamesTheSameSuccessorTheNewestReadyReplica(t *testing.T) {
 		t.Fatalf("successor %q of a node that is not the primary", n)
 	}
 }
+
+// NextLoss is when a reader must read again to take a node for lost on
+// time: the oldest unchanged lease's Duration + Margin, later while this
+// observer's promise to that node runs; never itself; nothing while blind.
+func TestNextLossIsTheEarliestInstantALeaseMayRunOut(t *testing.T) {
+	cfg := Config{Renew: time.Second, Duration: 5 * time.Second, Margin: 500 * time.Millisecond}
+	o := NewObserver(cfg, "self")
+	o.Read(0, map[replica.Node]string{"self": "1", "a": "1", "b": "1"})
+	o.Read(time.Second, map[replica.Node]string{"self": "2", "a": "1", "b": "2"})
+	if at, ok := o.NextLoss(time.Second); !ok || at != 5500*time.Millisecond {
+		t.Fatalf("NextLoss = %v, %v; want a's 5.5 s", at, ok)
+	}
+	if ok, _ := o.Promise("a", 2*time.Second); !ok {
+		t.Fatal("no promise to a")
+	}
+	// a is promised until 2 + (5 - 0.5) + 2*0.5 = 7.5 s: b's 6.5 s comes first.
+	if at, ok := o.NextLoss(2 * time.Second); !ok || at != 6500*time.Millisecond {
+		t.Fatalf("NextLoss with a promised = %v, %v; want b's 6.5 s", at, ok)
+	}
+	if lost := o.Lost(6500 * time.Millisecond); len(lost) != 1 || lost[0] != "b" {
+		t.Fatalf("Lost at NextLoss = %v, want [b]", lost)
+	}
+	if at, ok := o.NextLoss(6500 * time.Millisecond); !ok || at != 7500*time.Millisecond {
+		t.Fatalf("NextLoss once b is lost = %v, %v; want a's promise end 7.5 s", at, ok)
+	}
+	o.Blind()
+	if _, ok := o.NextLoss(8 * time.Second); ok {
+		t.Fatal("NextLoss while blind")
+	}
+}
