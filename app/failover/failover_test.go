@@ -560,3 +560,82 @@ func TestTheSurvivorReadsAgainWhenALeaseRunsOut(t *testing.T) {
 		t.Fatalf("the next read waits %s, want 800ms: a's lease, unchanged since 0, runs out at 5.5 s, before the period's 5.6 s", got)
 	}
 }
+
+// A fence of a term taken over while fenced says nothing of the node's
+// next term of the volume: once a is the primary again (epoch 5), its
+// new pods are not restarted as if given back, and when its lease runs
+// out again the new term is fenced (review of issue 21: the old fence
+// carried over, so the new term's pods were evicted, or never fenced).
+func TestAFenceOfATermTakenOverDoesNotCarryIntoTheNextTerm(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil).AnyTimes()
+	pod := ""
+	mounts.EXPECT().MountsOf("pool/rep").DoAndReturn(func(string) ([]string, error) {
+		if pod == "" {
+			return []string{"/p/rep"}, nil
+		}
+		return []string{"/p/rep", pod}, nil
+	}).AnyTimes()
+	mounts.EXPECT().MountAt(gomock.Any()).Return(ports.Mount{Source: "pool/rep"}, true, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	ctx := context.Background()
+	cluster := fakecluster.New()
+	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
+
+	// Term 3: the lease runs out, the pod's mount is fenced.
+	pod = "/k/pods/x/mount"
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.set(4*time.Second + 500*time.Millisecond)
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = g.RenewOnce(ctx)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep", "/k/pods/x/mount"}, "/p/rep").DoAndReturn(func(context.Context, []string, string) ([]ports.StoppedProcess, error) {
+		pod = "" // covered by the placeholder
+		return nil, nil
+	})
+	g.Check(ctx)
+	if g.Fenced("rep") == "" {
+		t.Fatal("term 3 not fenced")
+	}
+	// b takes over (epoch 4); later a is the primary again (epoch 5), b
+	// its taker, and a new pod mounts the copy.
+	taken := primaryState("rep", "b", "a")
+	taken.Epoch = 4
+	vols.Saw(taken)
+	g.Check(ctx)
+	again := primaryState("rep", "a", "b")
+	again.Epoch = 5
+	vols.Saw(again)
+	pod = "/k/pods/y/mount"
+	clock.set(6 * time.Second)
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Check(ctx) // no EvictPods: the new term's pods were never fenced (gomock fails on one)
+	if why := g.Fenced("rep"); why != "" {
+		t.Fatalf("term 5 is taken for fenced: %s", why)
+	}
+	// Term 5's lease runs out: it is fenced on its own.
+	clock.set(10*time.Second + 500*time.Millisecond)
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = g.RenewOnce(ctx)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep", "/k/pods/y/mount"}, "/p/rep").Return(nil, nil)
+	g.Check(ctx)
+	if g.Fenced("rep") == "" {
+		t.Fatal("term 5 not fenced once its lease ran out")
+	}
+}

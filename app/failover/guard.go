@@ -471,7 +471,15 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 	for _, term := range g.takers.Terms() {
 		id := term.Volume
 		g.mu.Lock()
-		was, done := g.fenced[id]
+		was := g.fenced[id]
+		if was.Fenced() && !was.Holds(term.Epoch) {
+			// A fence of an earlier term, taken over while fenced: the
+			// pods of that term were the survivor's to move; this term
+			// is judged afresh.
+			delete(g.fenced, id)
+			was = liveness.Fence{}
+		}
+		done := was.Fenced()
 		v := liveness.FenceOrGiveBack(g.standing(), term.Takers, done)
 		if v.Act == liveness.GiveBack {
 			delete(g.fenced, id)
@@ -497,7 +505,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 			continue
 		}
 		g.mu.Lock()
-		g.fenced[id] = liveness.Fence{Reason: v.Reason}
+		g.fenced[id] = liveness.Fence{Reason: v.Reason, Epoch: term.Epoch}
 		delete(g.giveBack, id)
 		g.mu.Unlock()
 	}

@@ -42,6 +42,16 @@ type Fence struct {
 	// record, Watch), which fences before it knows whether the copy is a
 	// primary: a secondary's read-only pods too.
 	Watchdog bool
+	// Epoch is the term fenced (FenceOrGiveBack's); zero for the others.
+	Epoch replica.Epoch
+}
+
+// Holds says whether f is a fence of the term in epoch here: a term's
+// fence is of its own epoch only (a fence of a term taken over meanwhile
+// says nothing of the node's next term of the volume, which must be
+// fenced, or not, on its own); the other fences know no term.
+func (f Fence) Holds(epoch replica.Epoch) bool {
+	return f.Fenced() && (f.Unknown || f.Watchdog || f.Epoch == epoch)
 }
 
 // Fenced reports whether f records a fence.
