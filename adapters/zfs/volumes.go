@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	gozfs "github.com/mistifyio/go-zfs/v3"
 
@@ -241,11 +242,20 @@ func (s *Store) Remount(ctx context.Context, id volume.ID) error {
 	if err := retryBusy(ctx, func() error { return s.unmount(ctx, ds) }); err != nil {
 		return fmt.Errorf("remount volume %s: %w", id, err)
 	}
-	if _, err := s.run.zfs(ctx, "mount", ds); err != nil && !strings.Contains(err.Error(), "already mounted") {
+	// Unmounted: the mount is made whatever happens to the caller's
+	// context, or the dataset stays unmounted and a read-only publish
+	// would bind the bare mountpoint directory.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), remountTimeout)
+	defer cancel()
+	if _, err := s.run.zfs(mctx, "mount", ds); err != nil && !strings.Contains(err.Error(), "already mounted") {
 		return fmt.Errorf("remount volume %s: mounting: %w", id, err)
 	}
 	return nil
 }
+
+// remountTimeout bounds the mount step of a remount, which no caller
+// cancels.
+const remountTimeout = 2 * time.Minute
 
 // Unchanged implements ports.SnapshotStore with the written property
 // (bytes written since the newest snapshot; OpenZFS prints exactly "0"

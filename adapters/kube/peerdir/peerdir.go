@@ -189,10 +189,11 @@ func (r *Resolver) Resolve(node replica.Node) (string, error) {
 	defer cancel()
 	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
 	if err != nil {
-		if ok && c.addr != "" {
+		if ok && c.addr != "" && !apierrors.IsNotFound(err) {
 			// The API server is away (or this node is cut off from it):
 			// the address the lease last published. A node's address
-			// changes only with a new pod, which takes the API server.
+			// changes only with a new pod, which takes the API server. A
+			// lease deleted names no address any more.
 			return c.addr, nil
 		}
 		return "", fmt.Errorf("peer address of node %s: %v: %w", node, err, ports.ErrUnavailable)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -93,5 +94,25 @@ func TestTheLastAddressServesWhileTheLeaseCannotBeRead(t *testing.T) {
 	}
 	if _, err := r.Resolve("b"); !errors.Is(err, ports.ErrUnavailable) {
 		t.Fatalf("a node never resolved during an outage: %v, want ErrUnavailable", err)
+	}
+}
+
+// A lease deleted names no address: the cached one is not served for it
+// (its address may be another node's by now).
+func TestADeletedLeaseIsNotResolvedFromTheCache(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	if err := NewPublisher(client, "ns", "a", "1.1.1.1:1").Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(client, "ns", 0)
+	if _, err := r.Resolve("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoordinationV1().Leases("ns").Delete(ctx, LeaseName("a"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if addr, err := r.Resolve("a"); !errors.Is(err, ports.ErrUnavailable) {
+		t.Fatalf("after the lease's deletion: %q, %v; want ErrUnavailable", addr, err)
 	}
 }
