@@ -639,3 +639,58 @@ func TestAFenceOfATermTakenOverDoesNotCarryIntoTheNextTerm(t *testing.T) {
 		t.Fatal("term 5 not fenced once its lease ran out")
 	}
 }
+
+// A read/write publish's claim is refused while the guard keeps the
+// volume fenced here, or while the node may not write it (review of
+// issue 21: a pod published during the guard's fence wrote unfenced, a
+// term being fenced once).
+func TestAClaimWaitsWhileTheGuardFencesOrTheNodeMayNotWrite(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil).AnyTimes()
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/k/pods/x/mount"}, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	ctx := context.Background()
+	cluster := fakecluster.New()
+	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	takers := NewTakers("a", cluster, zap.NewNop())
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := takers.Claim(ctx, "rep"); err != nil {
+		t.Fatalf("claim while the lease is held: %v", err)
+	}
+	clock.set(4*time.Second + 500*time.Millisecond) // the lease ran out, b has not promised
+	if err := takers.Claim(ctx, "rep"); err == nil || !strings.Contains(err.Error(), "may not write") {
+		t.Fatalf("claim once the lease ran out: %v, want refused", err)
+	}
+	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = g.RenewOnce(ctx)
+	fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), "/p/rep").Return(nil, nil)
+	g.Check(ctx)
+	clock.set(5 * time.Second)
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Renewed, but not yet given back (the next check does it): still fenced.
+	if err := takers.Claim(ctx, "rep"); err == nil || !strings.Contains(err.Error(), "fenced") {
+		t.Fatalf("claim while fenced: %v, want refused", err)
+	}
+	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil)
+	g.Check(ctx)
+	if err := takers.Claim(ctx, "rep"); err != nil {
+		t.Fatalf("claim once given back: %v", err)
+	}
+}

@@ -73,6 +73,12 @@ type Guard struct {
 // the ones a controller owns on this node, which start again and are
 // published anew.
 func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
+	g := newGuard(cfg, clock, lease, volumes, takers, store, mounts, fencer, effects, events, log)
+	takers.BeforeClaim(g.beforeClaim)
+	return g
+}
+
+func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{},
 		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}}
@@ -89,7 +95,6 @@ func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords) {
 	g.permits, g.records = permits, records
 	g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
-	g.takers.BeforeClaim(g.permitBeforeClaim)
 }
 
 // permitBeforeClaim refuses a read/write publish until this process has
@@ -98,6 +103,9 @@ func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.Fenc
 // here was published after there was one, which no daemon removes; its
 // watchdog arms within its period, whatever happens to this daemon.
 func (g *Guard) permitBeforeClaim() error {
+	if g.permits == nil {
+		return nil
+	}
 	g.pubMu.Lock()
 	published := g.published
 	g.pubMu.Unlock()
@@ -111,6 +119,24 @@ func (g *Guard) permitBeforeClaim() error {
 		return errNoPermitYet
 	}
 	return nil
+}
+
+// beforeClaim refuses a read/write publish of volume id while the guard
+// keeps it fenced here, or while the node may not write it (its lease
+// not held, a taker's promise missing: liveness.Decide): a pod mounted
+// then would write where the guard fences nothing more (a term is fenced
+// once). Then, with permits, until the node's permit is published.
+func (g *Guard) beforeClaim(id volume.ID) error {
+	g.mu.Lock()
+	f := g.fenced[id]
+	g.mu.Unlock()
+	if f.Fenced() {
+		return fmt.Errorf("the node's guard keeps volume %s fenced here (%s): a pod mounts it once the node may write again", id, f.Reason)
+	}
+	if v := g.Writable(id); !v.MayWrite {
+		return fmt.Errorf("the node may not write volume %s now: %s", id, v.Reason)
+	}
+	return g.permitBeforeClaim()
 }
 
 var errNoPermitYet = errors.New("this daemon has not published the node's write permit yet (its first renewal is not answered)")

@@ -32,12 +32,12 @@ type Takers struct {
 	before func(id volume.ID, epoch replica.Epoch) error
 	// beforeClaim runs before a claim (the Guard: the node's permit is
 	// published); its error refuses the claim.
-	beforeClaim func() error
+	beforeClaim func(volume.ID) error
 }
 
 // BeforeClaim makes f run before every Claim: an error from f refuses the
 // claim (nothing is written; the publish is retried).
-func (t *Takers) BeforeClaim(f func() error) {
+func (t *Takers) BeforeClaim(f func(volume.ID) error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.beforeClaim = f
@@ -138,7 +138,7 @@ func (t *Takers) Claim(ctx context.Context, id volume.ID) error {
 	beforeClaim := t.beforeClaim
 	t.mu.Unlock()
 	if beforeClaim != nil {
-		if err := beforeClaim(); err != nil {
+		if err := beforeClaim(id); err != nil {
 			return fmt.Errorf("claim %s for a pod here: %w", id, err)
 		}
 	}
