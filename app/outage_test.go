@@ -220,3 +220,41 @@ func TestAWriteHangingWhenTheAPIServerStopsDoesNotStopTheShipping(t *testing.T) 
 		t.Fatal("no write was tried after v1: the test did not hang the API server mid-write")
 	}
 }
+
+// watchingOutage is outageState offering the watch of the shared state
+// (as the Kubernetes store does): while the state is away the watch is
+// silent, and does not say why.
+type watchingOutage struct {
+	*outageState
+	watch ports.StateWatcher
+}
+
+func (w *watchingOutage) Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error) {
+	return w.watch.Watch(ctx, id)
+}
+
+// Issue 21.8: volume managers that watch the state while idle hear
+// nothing from an API server that stopped; they must not wait for a
+// notification (or the resync, minutes later) to keep fetching: a watch
+// silent for a few snapshot intervals has them read, which fails, and
+// the stale view's rules apply.
+func TestAWatchSilentThroughAnOutageDoesNotStopTheFetching(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	o := &watchingOutage{outageState: &outageState{ClusterState: c.state}, watch: c.state}
+	c.stateOverride = o
+	c.write("a", "v1")
+	for _, n := range []replica.Node{"a", "b"} {
+		c.startWith(n, func(cfg *app.ReplicatorConfig) { cfg.Resync = time.Hour })
+	}
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b")
+	})
+	o.down.Store(true)
+	for i := 2; i <= 4; i++ {
+		v := fmt.Sprintf("v%d", i)
+		c.write("a", v)
+		c.eventually("b holds "+v+" during the outage, its watch silent", func() bool { return c.holds("b", v) })
+	}
+}

@@ -203,10 +203,17 @@ func (r *Replicator) Run(ctx context.Context) error {
 	// pool), whatever happened in between: the resync bounds what a lost
 	// notification or a stale listing can cost, busy or idle.
 	changed, incomplete, sinceFull := true, false, resyncTicks
+	// A watch that stays silent for three snapshot intervals, while the
+	// primary reports a snapshot each, may be a watch of an API server
+	// that stopped answering (a watch does not say so): the state is read
+	// then, and every tick while it cannot be (the stale view's rules:
+	// the copies keep fetching through an outage).
+	quietTicks := max(1, int(3*max(r.cfg.SnapshotInterval, r.cfg.Tick)/r.cfg.Tick))
+	quiet := 0
 	for {
-		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0) {
+		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0 || r.stale || quiet >= quietTicks) {
 			full := sinceFull >= resyncTicks
-			changed = false
+			changed, quiet = false, 0
 			if full {
 				sinceFull = 0
 			}
@@ -226,6 +233,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		case <-t.C:
 			_ = r.m.Step(replica.Tick{})
 			sinceFull++
+			quiet++
 			if skip > 0 {
 				skip--
 			}
