@@ -578,7 +578,22 @@ var errStaleView = errors.New("deciding on the last view of the volume's state")
 // loop, since a primary on a stale view still snapshots and a replica
 // must report soon after the state reads again (5.8).
 func (r *Replicator) read(ctx context.Context) (replica.State, error) {
-	rctx, cancel := context.WithTimeout(ctx, stateReadTimeout(r.cfg.Tick))
+	return r.readWithin(ctx, r.readBound())
+}
+
+// readBound is how long a read of the shared state may wait: on a stale
+// view a read only asks whether the state is back, and must not hold the
+// snapshots and fetches of an outage (a healthy API server answers in
+// milliseconds). Read by the loop's goroutine only.
+func (r *Replicator) readBound() time.Duration {
+	if r.stale {
+		return staleReadTimeout(r.cfg.Tick)
+	}
+	return stateReadTimeout(r.cfg.Tick)
+}
+
+func (r *Replicator) readWithin(ctx context.Context, bound time.Duration) (replica.State, error) {
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	return r.cluster.Get(rctx, r.cfg.Volume)
 }
@@ -594,6 +609,11 @@ func (r *Replicator) updateState(ctx context.Context, fn func(*replica.State) er
 	return r.cluster.Update(wctx, r.cfg.Volume, fn)
 }
 
+// staleReadTimeout bounds a read on a stale view: a tick, at least 200 ms.
+func staleReadTimeout(tick time.Duration) time.Duration {
+	return max(tick, 200*time.Millisecond)
+}
+
 // stateWriteTimeout bounds one compare-and-swap (a read and a write,
 // again on a conflict): twice a read's bound.
 func stateWriteTimeout(tick time.Duration) time.Duration {
@@ -603,7 +623,11 @@ func stateWriteTimeout(tick time.Duration) time.Duration {
 // readable reports whether the shared state reads again (or is known to
 // be gone): the end of a stale view.
 func (r *Replicator) readable(ctx context.Context) bool {
-	_, err := r.read(ctx)
+	return r.readableWithin(ctx, r.readBound())
+}
+
+func (r *Replicator) readableWithin(ctx context.Context, bound time.Duration) bool {
+	_, err := r.readWithin(ctx, bound)
 	return err == nil || errors.Is(err, ports.ErrNotFound)
 }
 
@@ -632,6 +656,7 @@ func (r *Replicator) execStale(ctx context.Context, a replica.Action) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	bound := r.readBound() // the loop's: not read from the poller
 	go func() {
 		t := time.NewTicker(r.cfg.Tick)
 		defer t.Stop()
@@ -640,7 +665,7 @@ func (r *Replicator) execStale(ctx context.Context, a replica.Action) error {
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				if r.readable(sctx) {
+				if r.readableWithin(sctx, bound) {
 					cancel(replica.ErrViewReturned)
 					return
 				}
