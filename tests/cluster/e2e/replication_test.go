@@ -45,9 +45,12 @@ func getRV(t *testing.T, vol string) (rvStatus, error) {
 }
 
 // hostChecksum reads a file of node's copy of the volume where zfs-fuse
-// mounts it on the host.
+// mounts it on the host. The kernel's page cache is dropped first: a
+// FUSE file's pages read before a receive are not invalidated by it
+// (zfs-fuse; the reason a new primary's copy is remounted), so a read
+// that once caught the file half-received would see those pages for good.
 func hostChecksum(t *testing.T, node, vol, file string) string {
-	out, err := exec.Command("sh", "-c", fmt.Sprintf("sha256sum $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/%s", node, vol, file)).CombinedOutput()
+	out, err := exec.Command("sh", "-c", fmt.Sprintf("echo 1 > /proc/sys/vm/drop_caches; sha256sum $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/%s", node, vol, file)).CombinedOutput()
 	if err != nil {
 		return "unreadable: " + strings.TrimSpace(string(out))
 	}
