@@ -35,13 +35,19 @@ func TestRestartingTheDaemonOfASecondarysNodeCopiesNothingAgain(t *testing.T) {
 	var at int64
 	eventually(t, "a secondary holds the data, ready", 180*time.Second, func() (bool, string) {
 		rv, err := getRV(t, vol)
+		seen := ""
 		for _, r := range rv.Status.Replicas {
-			if r.Node != node && r.Ready && r.Snapshot > 0 && hostChecksum(t, r.Node, vol, "blob") == sum {
+			if r.Node == node {
+				continue
+			}
+			got := hostChecksum(t, r.Node, vol, "blob")
+			if r.Ready && r.Snapshot > 0 && got == sum {
 				second, at = r.Node, r.Snapshot
 				return true, ""
 			}
+			seen += fmt.Sprintf(" %s's blob: %s (want %s);", r.Node, got, sum)
 		}
-		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+		return false, fmt.Sprintf("%+v %v;%s", rv.Status, err, seen)
 	})
 	hash := sha256.Sum256([]byte(vol))
 	sel := "ferry.zfs.csi.io/volume=" + hex.EncodeToString(hash[:20])
