@@ -104,9 +104,19 @@ func TestTheSecondariesKeepFetchingWhileTheSharedStateCannotBeRead(t *testing.T)
 		b, _ := st.Replica("b")
 		return !last.Newer(b.Holds())
 	})
+	// Nothing was replaced (a full copy again: history lost). A roll
+	// back may happen and is no loss: once the state reads again the
+	// primary retains as usual, and when it snapshots Keep times before a
+	// secondary's report lands (a loaded machine), the snapshots that
+	// secondary fetched unreported are pruned at the primary; it rolls
+	// them back to its reported base, ancestors of the primary's newest,
+	// and fetches again (ARCHITECTURE 5.6, step 9).
 	for _, n := range []replica.Node{"b", "c"} {
-		if c.logHas(n, "rolling back") || c.logHas(n, "replacing") {
-			t.Errorf("%s discarded something across the outage", n)
+		if c.logHas(n, "replacing") {
+			t.Errorf("%s replaced its copy across the outage", n)
+		}
+		if c.logHas(n, "rolling back") {
+			t.Logf("%s rolled back snapshots the primary pruned before its report landed", n)
 		}
 	}
 }
