@@ -609,9 +609,9 @@ func (r *Replicator) updateState(ctx context.Context, fn func(*replica.State) er
 	return r.cluster.Update(wctx, r.cfg.Volume, fn)
 }
 
-// staleReadTimeout bounds a read on a stale view: a tick, at least 200 ms.
+// staleReadTimeout bounds a read on a stale view: a tick, at least 1 s.
 func staleReadTimeout(tick time.Duration) time.Duration {
-	return max(tick, 200*time.Millisecond)
+	return max(tick, time.Second)
 }
 
 // stateWriteTimeout bounds one compare-and-swap (a read and a write,
@@ -636,10 +636,11 @@ func (r *Replicator) readableWithin(ctx context.Context, bound time.Duration) bo
 var errRoundStale = errors.New("the volume's state could not be read earlier in this round")
 
 // stateReadTimeout bounds one read of the shared state: two ticks, at
-// least 2 s (a healthy API server answers a GET in milliseconds; a read
-// cut short only makes one round decide on the last view).
+// least 10 s. It only tells a server that stopped answering from a slow
+// one (a loaded control plane or node can take seconds): a read cut
+// short makes the round decide on the last view, which records nothing.
 func stateReadTimeout(tick time.Duration) time.Duration {
-	return max(2*tick, 2*time.Second)
+	return max(2*tick, 10*time.Second)
 }
 
 // execStale carries out an action decided on a stale view. A peer action
