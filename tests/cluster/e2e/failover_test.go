@@ -362,16 +362,7 @@ func TestNodeLossAnAPIServerOutageStopsNoWrites(t *testing.T) {
 	// The other copy holds snapshots: it could take over, so without its
 	// promise the primary would have to fence.
 	replicated(t, vol, first)
-	rv, err := getRV(t, vol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := ""
-	for _, r := range rv.Status.Replicas {
-		if r.Node != first {
-			other = r.Node
-		}
-	}
+	other := otherCopy(t, vol, first)
 	stopped := true
 	apiserverSignal(t, "STOP")
 	held := newestHeld(t, other, vol)

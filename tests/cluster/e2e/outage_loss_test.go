@@ -35,6 +35,22 @@ func newestHeld(t *testing.T, node, vol string) int {
 	return best
 }
 
+// otherCopy is the node of a copy of vol other than first's.
+func otherCopy(t *testing.T, vol, first string) string {
+	t.Helper()
+	rv, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rv.Status.Replicas {
+		if r.Node != first {
+			return r.Node
+		}
+	}
+	t.Fatalf("no other copy of %s: %+v", vol, rv.Status)
+	return ""
+}
+
 // Issue 21.8: the loss bound holds through an API server outage. The API
 // server stops; the primary keeps snapshotting and the other copy keeps
 // fetching over the peer service (it receives three more snapshots while
@@ -49,19 +65,7 @@ func TestNodeLossDuringAnAPIServerOutageLosesAtMostOneInterval(t *testing.T) {
 	vol := volumeOf(t, ns, "data-w-0")
 	waitReady(t, vol)
 	replicated(t, vol, first)
-	rv, err := getRV(t, vol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := ""
-	for _, r := range rv.Status.Replicas {
-		if r.Node != first {
-			other = r.Node
-		}
-	}
-	if other == "" {
-		t.Fatalf("no other copy of %s: %+v", vol, rv.Status)
-	}
+	other := otherCopy(t, vol, first)
 	restored, stopped := false, true
 	apiserverSignal(t, "STOP")
 	t.Cleanup(func() {
