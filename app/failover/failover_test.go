@@ -567,31 +567,15 @@ func TestTheSurvivorReadsAgainWhenALeaseRunsOut(t *testing.T) {
 // out again the new term is fenced (review of issue 21: the old fence
 // carried over, so the new term's pods were evicted, or never fenced).
 func TestAFenceOfATermTakenOverDoesNotCarryIntoTheNextTerm(t *testing.T) {
-	ctrl := gomock.NewController(t)
-	clock := &fakeClock{}
-	lease := mocks.NewMockNodeLease(ctrl)
-	store := mocks.NewMockSnapshotStore(ctrl)
-	mounts := mocks.NewMockMountTable(ctrl)
-	fencer := mocks.NewMockFencer(ctrl)
-	vols := NewVolumes()
-	vols.Saw(primaryState("rep", "a", "b"))
-	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
-	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil).AnyTimes()
 	pod := ""
-	mounts.EXPECT().MountsOf("pool/rep").DoAndReturn(func(string) ([]string, error) {
+	f := newRepGuard(t, func(string) ([]string, error) {
 		if pod == "" {
 			return []string{"/p/rep"}, nil
 		}
 		return []string{"/p/rep", pod}, nil
-	}).AnyTimes()
-	mounts.EXPECT().MountAt(gomock.Any()).Return(ports.Mount{Source: "pool/rep"}, true, nil).AnyTimes()
-	eff := newEffects(ctrl)
-	ctx := context.Background()
-	cluster := fakecluster.New()
-	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
-		t.Fatal(err)
-	}
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
+	})
+	f.mounts.EXPECT().MountAt(gomock.Any()).Return(ports.Mount{Source: "pool/rep"}, true, nil).AnyTimes()
+	clock, lease, fencer, vols, g, ctx := f.clock, f.lease, f.fencer, f.vols, f.g, context.Background()
 
 	// Term 3: the lease runs out, the pod's mount is fenced.
 	pod = "/k/pods/x/mount"
@@ -645,25 +629,8 @@ func TestAFenceOfATermTakenOverDoesNotCarryIntoTheNextTerm(t *testing.T) {
 // issue 21: a pod published during the guard's fence wrote unfenced, a
 // term being fenced once).
 func TestAClaimWaitsWhileTheGuardFencesOrTheNodeMayNotWrite(t *testing.T) {
-	ctrl := gomock.NewController(t)
-	clock := &fakeClock{}
-	lease := mocks.NewMockNodeLease(ctrl)
-	store := mocks.NewMockSnapshotStore(ctrl)
-	mounts := mocks.NewMockMountTable(ctrl)
-	fencer := mocks.NewMockFencer(ctrl)
-	vols := NewVolumes()
-	vols.Saw(primaryState("rep", "a", "b"))
-	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
-	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil).AnyTimes()
-	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/k/pods/x/mount"}, nil).AnyTimes()
-	eff := newEffects(ctrl)
-	ctx := context.Background()
-	cluster := fakecluster.New()
-	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
-		t.Fatal(err)
-	}
-	takers := NewTakers("a", cluster, zap.NewNop())
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
+	f := newRepGuard(t, func(string) ([]string, error) { return []string{"/p/rep", "/k/pods/x/mount"}, nil })
+	clock, lease, fencer, eff, takers, g, ctx := f.clock, f.lease, f.fencer, f.eff, f.takers, f.g, context.Background()
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)
 	if err := g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -693,4 +660,37 @@ func TestAClaimWaitsWhileTheGuardFencesOrTheNodeMayNotWrite(t *testing.T) {
 	if err := takers.Claim(ctx, "rep"); err != nil {
 		t.Fatalf("claim once given back: %v", err)
 	}
+}
+
+// repGuard is node a's guard over one volume "rep" whose primary is a
+// (epoch 3) and taker b, its copy at /p/rep, the node's mounts of it as
+// mountsOf says.
+type repGuard struct {
+	clock  *fakeClock
+	lease  *mocks.MockNodeLease
+	mounts *mocks.MockMountTable
+	fencer *mocks.MockFencer
+	eff    *mocks.MockFailoverEffects
+	vols   *Volumes
+	takers *Takers
+	g      *Guard
+}
+
+func newRepGuard(t *testing.T, mountsOf func(string) ([]string, error)) *repGuard {
+	t.Helper()
+	ctrl := gomock.NewController(t)
+	f := &repGuard{clock: &fakeClock{}, lease: mocks.NewMockNodeLease(ctrl), mounts: mocks.NewMockMountTable(ctrl),
+		fencer: mocks.NewMockFencer(ctrl), eff: newEffects(ctrl), vols: NewVolumes()}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	f.vols.Saw(primaryState("rep", "a", "b"))
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil).AnyTimes()
+	f.mounts.EXPECT().MountsOf("pool/rep").DoAndReturn(mountsOf).AnyTimes()
+	cluster := fakecluster.New()
+	if _, err := cluster.Create(context.Background(), primaryState("rep", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	f.takers = NewTakers("a", cluster, zap.NewNop())
+	f.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, f.clock.read, f.lease, f.vols, f.takers, store, f.mounts, f.fencer, f.eff, nopEvents{}, zap.NewNop())
+	return f
 }
