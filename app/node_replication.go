@@ -28,6 +28,10 @@ type NodeReplication struct {
 	// the pod mounts it, the copies that may take the volume over after a
 	// loss of this node (failover.Takers); nil without node-loss failover.
 	Takers TakerAcknowledger
+	// WriteLock lifts the lock a volume manager's watchdog left on a copy
+	// (ports.MetaWritesLocked) when a read/write publish, or a takeover's
+	// PrepareWriter, makes it the writer again; nil without watchdogs.
+	WriteLock ports.WriteLock
 	// Wait is how long a read/write publish waits for the replica to
 	// become the primary (another node's pod may still hold the volume: a
 	// rolling update overlaps two pods) before answering Aborted so that
@@ -307,6 +311,13 @@ func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise
 		// The replica became the primary, and the newest state says it no
 		// longer is (a takeover overtook the publish): never read/write.
 		return fmt.Errorf("the replica of volume %s on %s is no longer the active primary (epoch %d, primary %q): %w", id, n.cfg.Node, st.Epoch, st.Primary, ports.ErrNotPrimary)
+	}
+	if why := info.Metadata[ports.MetaWritesLocked]; why != "" && n.repl.WriteLock != nil {
+		// The active primary here, with its claim granted: it writes.
+		if err := n.repl.WriteLock.UnlockWrites(ctx, id); err != nil {
+			return fmt.Errorf("the replica of volume %s on %s is the primary, but the write lock its watchdog left (%s) was not lifted: %v: %w", id, n.cfg.Node, why, err, ErrPending)
+		}
+		log.Info("write lock lifted: the replica here is the active primary", zap.String("locked because", why))
 	}
 	verdict := volume.NeedsRemount(term)
 	if !verdict.Needed() {

@@ -38,6 +38,7 @@ type copyHost struct {
 	targets             map[string]bool // target path -> read-only
 	stale               bool
 	remounts            int // remounts done (refusals not counted)
+	unlocks             int // write locks lifted
 	// gate, when set, holds each remount until it is closed, after
 	// saying so on entered.
 	gate, entered chan struct{}
@@ -80,6 +81,20 @@ func (h *copyHost) SetMetadata(_ context.Context, _ volume.ID, m map[string]stri
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	maps.Copy(h.meta, m)
+	return nil
+}
+
+// LockWrites and UnlockWrites are the watchdog's write lock, by its
+// record; unlocks counts the lifts.
+func (h *copyHost) LockWrites(_ context.Context, _ volume.ID, why string) error {
+	return h.SetMetadata(ctx, "v", map[string]string{ports.MetaWritesLocked: why})
+}
+
+func (h *copyHost) UnlockWrites(context.Context, volume.ID) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.meta, ports.MetaWritesLocked)
+	h.unlocks++
 	return nil
 }
 
@@ -180,7 +195,7 @@ func newRemountWorld(t *testing.T) *remountWorld {
 // restart is a new daemon process: nothing of the last one's memory.
 func (w *remountWorld) restart() {
 	w.n = app.NewNode(cfg, w.host, w.host, zap.NewNop())
-	w.n.EnableReplication(app.NodeReplication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second})
+	w.n.EnableReplication(app.NodeReplication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, WriteLock: w.host})
 }
 
 func target(pod string) string { return path.Join("/var/lib/kubelet/pods", pod, "mount") }
@@ -393,4 +408,38 @@ func TestAPreparationRefusedLeavesTheRemountToThePublish(t *testing.T) {
 	w.wantRefusals(0, "")
 	w.wantRefused("rw")
 	w.wantRefusals(1, target("ro"))
+}
+
+// Issue 21.11: node-1's volume manager's watchdog locked its copy's writes
+// (its daemon was down while it was the primary); node-1 is a secondary
+// now, then takes the volume over. A read-only publish leaves the lock; the
+// takeover's preparation lifts it, once, before the writer's publish
+// (which then finds nothing to lift): the new writer can write.
+func TestATakeoverLiftsTheWriteLockAWatchdogLeftOnTheCopy(t *testing.T) {
+	w := newRemountWorld(t)
+	if err := w.host.LockWrites(ctx, "v", "fenced by its volume manager's watchdog"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.publish("ro", true); err != nil {
+		t.Fatal(err)
+	}
+	w.host.podGone(target("ro"))
+	if info, _ := w.host.GetVolume(ctx, "v"); info.Metadata[ports.MetaWritesLocked] == "" {
+		t.Fatal("a read-only publish of a secondary's copy lifted its write lock")
+	}
+	if _, err := w.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.n.PrepareWriter(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := w.host.GetVolume(ctx, "v"); info.Metadata[ports.MetaWritesLocked] != "" {
+		t.Fatal("the new primary's copy is still locked after its preparation")
+	}
+	if err := w.publish("rw", false); err != nil {
+		t.Fatal(err)
+	}
+	if w.host.unlocks != 1 {
+		t.Fatalf("%d lifts, want one", w.host.unlocks)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -32,14 +33,15 @@ const DefaultWatchdogPoll = 200 * time.Millisecond
 // permit (the guard's verdicts, ports.PermitReader) and, armed by the
 // first one it reads (an older daemon publishes none: then it watches
 // nothing), once its volume's deadline has passed or the permit has gone
-// (liveness.Watch), stops
-// every process holding the volume's filesystem and covers the pods'
-// targets, exactly as the guard does (ports.Fencer). It stays fencing
-// while the deadline stays passed: a mount of the volume that appears
-// meanwhile (a publish) is fenced too. Once the permit lets the primary
-// write again it stops; the pods sit on the fence's placeholder until the
-// node's guard gives them back, which its record (ports.FenceRecords)
-// tells it to.
+// (liveness.Watch), makes the volume's filesystem refuse writes on every
+// mount of it (ports.WriteLock: no mount is touched, so it reaches the
+// pods' mounts whatever mount namespace it runs in) and stops every
+// process holding it (ports.HolderStopper). While the deadline stays
+// passed it stops the holders again at every look (on zfs-fuse a file can
+// still be opened for appending on a read-only dataset). Once the permit
+// lets the primary write again it stops; the filesystem stays read-only
+// and the pods stopped until the node's guard lifts the lock and gives
+// them back, which its record (ports.FenceRecords) tells it to.
 type Watchdog struct {
 	cfg       WatchdogConfig
 	permit    ports.PermitReader
@@ -47,7 +49,8 @@ type Watchdog struct {
 	secondary func() bool
 	store     ports.SnapshotStore
 	mounts    ports.MountTable
-	fencer    ports.Fencer
+	lock      ports.WriteLock
+	stopper   ports.HolderStopper
 	events    ports.EventRecorder
 	log       *zap.Logger
 
@@ -61,11 +64,11 @@ type Watchdog struct {
 // NewWatchdog returns the watchdog of cfg.Volume's replica on cfg.Node;
 // secondary says whether the replica is known to be no active primary
 // (Replicator.Secondary).
-func NewWatchdog(cfg WatchdogConfig, permit ports.PermitReader, records ports.FenceRecords, secondary func() bool, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, events ports.EventRecorder, log *zap.Logger) *Watchdog {
+func NewWatchdog(cfg WatchdogConfig, permit ports.PermitReader, records ports.FenceRecords, secondary func() bool, store ports.SnapshotStore, mounts ports.MountTable, lock ports.WriteLock, stopper ports.HolderStopper, events ports.EventRecorder, log *zap.Logger) *Watchdog {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultWatchdogPoll
 	}
-	return &Watchdog{cfg: cfg, permit: permit, records: records, secondary: secondary, store: store, mounts: mounts, fencer: fencer, events: events,
+	return &Watchdog{cfg: cfg, permit: permit, records: records, secondary: secondary, store: store, mounts: mounts, lock: lock, stopper: stopper, events: events,
 		log: log.With(zap.String("volume", string(cfg.Volume)))}
 }
 
@@ -123,9 +126,8 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 // deadline is still passed.
 func (w *Watchdog) Fencing() bool { return w.fencing.Load() }
 
-// fence stops the writers and covers the pods' targets at the start of a
-// fencing spell, and again whenever the volume is mounted anywhere but its
-// own mountpoint (a publish during the spell).
+// fence locks the volume's writes and stops its holders at the start of
+// a fencing spell, and stops the holders again at every look during it.
 func (w *Watchdog) fence(ctx context.Context, reason string) error {
 	if w.info == nil {
 		info, err := w.store.GetVolume(ctx, w.cfg.Volume)
@@ -137,39 +139,46 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		}
 		w.info = &info
 	}
+	// Where this process sees the filesystem: every mount of it shares
+	// its device, which is how its holders are found, in any namespace.
 	points, err := w.mounts.MountsOf(w.info.MountSource)
 	if err != nil {
 		return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 	}
-	pods := 0
-	for _, p := range points {
-		if p != w.info.MountPath {
-			pods++
-		}
+	if !slices.Contains(points, w.info.MountPath) {
+		points = append([]string{w.info.MountPath}, points...)
 	}
 	fencing := w.fencing.Load()
-	if fencing && pods == 0 && w.recorded == "" {
-		return nil // fenced, and nothing mounted since
-	}
-	if !fencing || pods > 0 {
-		stopped, err := w.fencer.Fence(ctx, points, w.info.MountPath)
+	if !fencing {
+		// First the lock: a holder stopped then cannot write on restarting.
+		err := w.lock.LockWrites(ctx, w.cfg.Volume, "fenced by its volume manager's watchdog: "+reason)
+		if errors.Is(err, ports.ErrNotFound) {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 		}
-		if !fencing {
-			w.log.Warn("the node's write permit ran out: primary fenced by its volume manager", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points), zap.String("kept", w.info.MountPath))
-		}
+	}
+	stopped, err := w.stopper.StopHolders(ctx, points)
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
+	}
+	if !fencing {
+		w.log.Warn("the node's write permit ran out: primary fenced by its volume manager (read-only, holders stopped)", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 		w.fencing.Store(true)
-		if pods == 0 && len(stopped) == 0 {
-			return nil // nothing was writing: no pod to give back
-		}
-		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; stopped %d writer(s) %v and removed its pods' mounts; the daemon restarts the pods once the primary may write again",
+		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped %v; the daemon makes it writable again and restarts the pods once the primary may write again",
 			w.cfg.Node, reason, len(stopped), stopped)
 		w.events.Record(ctx, w.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
+		// Always recorded, stopped or not: the daemon lifts the lock.
 		w.recorded = msg
+	} else if len(stopped) > 0 {
+		w.log.Warn("processes holding the fenced volume stopped again", zap.Any("stopped", stopped))
 	}
-	// The record tells the daemon whose pods to give back; written until
-	// it succeeds.
+	if w.recorded == "" {
+		return nil
+	}
+	// The record tells the daemon to lift the lock and give the pods
+	// back; written until it succeeds.
 	if err := w.records.Record(w.cfg.Volume, w.recorded); err != nil {
 		return fmt.Errorf("fence %s: record it for the daemon: %w", w.cfg.Volume, err)
 	}

@@ -82,11 +82,25 @@ func (m *mountsOf) MountsOf(string) ([]string, error) {
 }
 func (m *mountsOf) set(points ...string) { m.mu.Lock(); defer m.mu.Unlock(); m.points = points }
 
+// locked is the reason of the write lock on the volume's copy in store,
+// "" when it is not locked.
+func locked(t *testing.T, store ports.SnapshotStore) string {
+	t.Helper()
+	info, err := store.GetVolume(ctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Metadata[ports.MetaWritesLocked]
+}
+
 // A primary's watchdog: no fence while the deadline is ahead; once it has
-// passed, one fence (writers stopped, pods' mounts covered), a record for
-// the daemon and a Fenced event; none again while nothing new is mounted,
-// one more when a publish mounts the volume again meanwhile; a deadline
-// ahead again ends the spell, and the next one passing fences again.
+// passed, the copy's writes locked, its holders stopped (wherever it is
+// mounted: the pod's mount shares its device), a record for the daemon
+// and one Fenced event; at every look during the spell the holders are
+// stopped again (zfs-fuse lets a file be appended to on a read-only
+// dataset), with no second event; a deadline ahead again ends the spell
+// and leaves the lock for the daemon to lift; the next deadline passing
+// fences again.
 func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	info, err := c.stores["a"].GetVolume(ctx, volID)
@@ -95,11 +109,11 @@ func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) 
 	}
 	pod := "/kubelet/pods/x/volumes/kubernetes.io~csi/pv/mount"
 	ctrl := gomock.NewController(t)
-	fencer := mocks.NewMockFencer(ctrl)
+	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{}
 	mounts := &mountsOf{points: []string{info.MountPath, pod}}
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID, Poll: time.Second}, desk, desk, func() bool { return false },
-		c.stores["a"], mounts, fencer, c.events, zap.NewNop())
+		c.stores["a"], mounts, c.stores["a"], stopper, c.events, zap.NewNop())
 
 	desk.set(10*time.Second, 9*time.Second)
 	if next := w.Check(ctx); next != 250*time.Millisecond {
@@ -109,15 +123,18 @@ func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) 
 	if next := w.Check(ctx); next != 100*time.Millisecond {
 		t.Fatalf("looks again in %s, want at the deadline", next)
 	}
-	if w.Fencing() || len(c.events.reasons()) != 0 {
+	if w.Fencing() || len(c.events.reasons()) != 0 || locked(t, c.stores["a"]) != "" {
 		t.Fatal("fenced before the deadline")
 	}
 
 	desk.set(10*time.Second, 10*time.Second)
-	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return([]ports.StoppedProcess{{PID: 42, Command: "writer"}}, nil)
+	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return([]ports.StoppedProcess{{PID: 42, Command: "writer"}}, nil)
 	w.Check(ctx)
 	if !w.Fencing() {
 		t.Fatal("not fencing after the deadline")
+	}
+	if locked(t, c.stores["a"]) == "" {
+		t.Fatal("the copy's writes are not locked")
 	}
 	if got, _ := desk.Recorded(); got[volID] == "" {
 		t.Fatal("no record for the daemon")
@@ -125,28 +142,37 @@ func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) 
 	if r := c.events.reasons(); len(r) != 1 || r[0] != "Fenced" {
 		t.Fatalf("events %v", r)
 	}
-	mounts.set(info.MountPath) // the pod's mount is covered
+	// Still passed: the holders are stopped again at every look, one more
+	// appeared meanwhile (a restarted container appending); no new event.
 	desk.set(10*time.Second, 11*time.Second)
-	w.Check(ctx) // fenced: no second Fence (gomock fails on one)
-
-	// A publish mounts it again while the deadline is still passed.
-	mounts.set(info.MountPath, pod)
-	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return(nil, nil)
+	gomock.InOrder(
+		stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return(nil, nil),
+		stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return([]ports.StoppedProcess{{PID: 43, Command: "writer"}}, nil),
+	)
 	w.Check(ctx)
-	mounts.set(info.MountPath)
 	w.Check(ctx)
+	if r := c.events.reasons(); len(r) != 1 {
+		t.Fatalf("events %v, want the one Fenced", r)
+	}
 
-	// The daemon is back: the spell ends; the next deadline passing fences again.
+	// The daemon is back: the spell ends; the lock stays for the daemon
+	// to lift; the next deadline passing fences again.
 	desk.set(20*time.Second, 12*time.Second)
-	w.Check(ctx)
+	w.Check(ctx) // no StopHolders: the mock fails on one
 	if w.Fencing() {
 		t.Fatal("still fencing with a deadline ahead")
 	}
+	if locked(t, c.stores["a"]) == "" {
+		t.Fatal("the watchdog lifted the lock itself")
+	}
 	desk.set(20*time.Second, 20*time.Second)
-	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, nil)
+	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return(nil, nil)
 	w.Check(ctx)
 	if !w.Fencing() {
 		t.Fatal("not fencing after the second deadline")
+	}
+	if r := c.events.reasons(); len(r) != 2 {
+		t.Fatalf("events %v, want a second Fenced", r)
 	}
 }
 
@@ -160,18 +186,18 @@ func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testi
 	c := newCluster(t, 2, "a", "b")
 	info, _ := c.stores["a"].GetVolume(ctx, volID)
 	ctrl := gomock.NewController(t)
-	fencer := mocks.NewMockFencer(ctrl)
+	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{err: ports.ErrNotFound}
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
-		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, fencer, c.events, zap.NewNop())
+		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, c.stores["a"], stopper, c.events, zap.NewNop())
 	for range 3 {
-		w.Check(ctx) // the fencer mock expects nothing yet
+		w.Check(ctx) // the stopper mock expects nothing yet
 	}
 	desk.mu.Lock()
 	desk.err = fmt.Errorf("version 2: %w", ports.ErrPermitVersion)
 	desk.mu.Unlock()
 	w.Check(ctx)
-	if w.Fencing() {
+	if w.Fencing() || locked(t, c.stores["a"]) != "" {
 		t.Fatal("fenced without a permit it understands")
 	}
 
@@ -181,8 +207,8 @@ func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testi
 	desk.err = ports.ErrNotFound // removed
 	desk.mu.Unlock()
 	gomock.InOrder(
-		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, errors.New("busy")),
-		fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath}, info.MountPath).Return(nil, nil),
+		stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath}).Return(nil, errors.New("busy")),
+		stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath}).Return(nil, nil),
 	)
 	if next := w.Check(ctx); next > 100*time.Millisecond {
 		t.Fatalf("a failed fence is tried again in %s", next)
@@ -191,9 +217,10 @@ func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testi
 	if !w.Fencing() {
 		t.Fatal("not fencing once its permit went")
 	}
-	// Nothing was writing: nothing to give back, no record, no event.
-	if got, _ := desk.Recorded(); len(got) != 0 || len(c.events.reasons()) != 0 {
-		t.Fatalf("records %v, events %v", got, c.events.reasons())
+	// Nothing was writing, but the copy is locked: recorded all the
+	// same, for the daemon to lift the lock.
+	if got, _ := desk.Recorded(); got[volID] == "" || locked(t, c.stores["a"]) == "" {
+		t.Fatalf("records %v, lock %q", got, locked(t, c.stores["a"]))
 	}
 	// A newer daemon's permit: the spell ends, it is disarmed.
 	desk.mu.Lock()
@@ -203,7 +230,7 @@ func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testi
 	desk.mu.Lock()
 	desk.err = ports.ErrNotFound
 	desk.mu.Unlock()
-	w.Check(ctx) // disarmed: no fence (the mock expects none)
+	w.Check(ctx) // disarmed: no fence (the mock expects no more)
 	if w.Fencing() {
 		t.Fatal("fencing next to a newer daemon")
 	}
@@ -225,12 +252,12 @@ func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
 	desk := &permitDesk{}
 	desk.set(time.Second, time.Hour)
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, c.reps["b"].Secondary,
-		c.stores["b"], &mountsOf{}, mocks.NewMockFencer(ctrl), c.events, zap.NewNop())
+		c.stores["b"], &mountsOf{}, c.stores["b"], mocks.NewMockHolderStopper(ctrl), c.events, zap.NewNop())
 	if _, err := c.stores["b"].GetVolume(ctx, volID); err != nil {
 		t.Fatal(err)
 	}
-	w.Check(ctx) // the fencer mock expects nothing
-	if w.Fencing() {
+	w.Check(ctx) // the stopper mock expects nothing
+	if w.Fencing() || locked(t, c.stores["b"]) != "" {
 		t.Fatal("a secondary's watchdog fenced")
 	}
 	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
@@ -268,19 +295,19 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	}
 	pod := "/kubelet/pods/ro/volumes/kubernetes.io~csi/pv/mount"
 	ctrl := gomock.NewController(t)
-	fencer := mocks.NewMockFencer(ctrl)
+	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{}
 	desk.set(time.Second, time.Hour) // armed, long passed
 	mounts := &mountsOf{points: []string{info.MountPath, pod}}
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
-		c.stores["b"], mounts, fencer, c.events, zap.NewNop())
-	fencer.EXPECT().Fence(gomock.Any(), []string{info.MountPath, pod}, info.MountPath).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
+		c.stores["b"], mounts, c.stores["b"], stopper, c.events, zap.NewNop())
+	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
 	w.Check(ctx)
 	if got, _ := desk.Recorded(); got[volID] == "" {
 		t.Fatal("a secondary's pods fenced before its first read, and no record for the daemon to give them back")
 	}
 	read.Store(true)
-	w.Check(ctx) // a publish's mount is still listed: a second Fence would fail the mock
+	w.Check(ctx) // a second StopHolders would fail the mock
 	if w.Fencing() {
 		t.Fatal("still fencing a replica known to be a secondary")
 	}

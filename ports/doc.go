@@ -8,5 +8,5 @@
 // sentinels below, matched with errors.Is) and who closes what. Every
 // implementation passes the same contract suite (tests/contract).
 //
-//go:generate go tool mockgen -destination=mocks/mocks.go -package=mocks github.com/ferry-csi/ferry/ports SnapshotStore,MountTable,Mounter,ClusterState,Transport,EventRecorder,NodePlacement,ReplicaWorkload,ReplicaControl,Fencer,NodeLease,NodeLeases,FailoverEffects,PermitPublisher,PermitReader,FenceRecords
+//go:generate go tool mockgen -destination=mocks/mocks.go -package=mocks github.com/ferry-csi/ferry/ports SnapshotStore,MountTable,Mounter,ClusterState,Transport,EventRecorder,NodePlacement,ReplicaWorkload,ReplicaControl,Fencer,NodeLease,NodeLeases,FailoverEffects,PermitPublisher,PermitReader,FenceRecords,WriteLock,HolderStopper
 package ports

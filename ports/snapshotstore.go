@@ -139,6 +139,9 @@ const (
 	// of the primary term its filesystem was last remounted in
 	// (volume.FormatRemounted; volume.NeedsRemount reads it).
 	MetaRemountedEpoch = "remounted-epoch"
+	// MetaWritesLocked is set by a WriteLock while it holds the volume
+	// read-only (why, for the operator), and removed when it lifts it.
+	MetaWritesLocked = "writes-locked"
 
 	// On snapshots:
 	MetaSnapshotName = "snapshot-name" // the CSI name of a CreateSnapshot request
@@ -148,7 +151,7 @@ const (
 // keys outside this list (the ZFS adapter asks for these by name).
 var MetadataKeys = []string{
 	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
-	MetaRemountedEpoch, MetaSnapshotName,
+	MetaRemountedEpoch, MetaWritesLocked, MetaSnapshotName,
 }
 
 // VolumeInfo describes a volume in the store.

@@ -41,7 +41,10 @@ type Fencer struct {
 	opts Options
 }
 
-var _ ports.Fencer = (*Fencer)(nil)
+var (
+	_ ports.Fencer        = (*Fencer)(nil)
+	_ ports.HolderStopper = (*Fencer)(nil)
+)
 
 // New returns a Fencer with opts, defaults filled in.
 func New(opts Options) *Fencer {
@@ -123,6 +126,29 @@ func (f *Fencer) Fence(ctx context.Context, points []string, keep string) ([]por
 		return s.stopped, err
 	}
 	return s.stopped, nil
+}
+
+// StopHolders kills every process holding the filesystems mounted at
+// points, scanning again until a scan finds none, and changes no mount;
+// see ports.HolderStopper. Points are checked as by Fence.
+func (f *Fencer) StopHolders(ctx context.Context, points []string) ([]ports.StoppedProcess, error) {
+	for _, p := range points {
+		if err := checkPath(p); err != nil {
+			return nil, err
+		}
+	}
+	self, err := f.checkProc()
+	if err != nil {
+		return nil, err
+	}
+	devs, err := devices(points)
+	if err != nil || len(devs) == 0 {
+		return nil, err // nothing mounted: nothing to stop
+	}
+	s := &scan{Fencer: f, self: self, devs: devs, reported: map[int]string{}}
+	s.match = s.holds
+	err = s.stopWriters(ctx)
+	return s.stopped, err
 }
 
 // foreign returns the predicate of a process whose mount namespace (not

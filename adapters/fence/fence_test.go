@@ -458,3 +458,43 @@ func BenchmarkFenceScansTheNode(b *testing.B) {
 		}
 	}
 }
+
+// StopHolders stops the processes holding the volume (through a pod's
+// bind mount too: it shares the volume's device) and nobody else, and
+// leaves every mount as it was: the watchdog's part of a fence.
+func TestStopHoldersStopsTheVolumesHoldersAndChangesNoMount(t *testing.T) {
+	needRoot(t)
+	tmp := t.TempDir()
+	vol, target, plain := filepath.Join(tmp, "vol"), filepath.Join(tmp, "target"), filepath.Join(tmp, "plain")
+	tmpfs(t, vol)
+	bind(t, vol, target)
+	if err := os.Mkdir(plain, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	holder := appender(t, filepath.Join(target, "f"))
+	bystander := appender(t, filepath.Join(plain, "f"))
+	waitFor(t, "the holder writes", func() bool { _, err := os.Stat(filepath.Join(vol, "f")); return err == nil })
+	waitFor(t, "the bystander writes", func() bool { _, err := os.Stat(filepath.Join(plain, "f")); return err == nil })
+
+	f := New(testOpts)
+	stopped, err := f.StopHolders(context.Background(), []string{vol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.killed(t, "the holder")
+	if _, ok := pids(stopped)[holder.pid]; !ok {
+		t.Errorf("stopped %+v, want the holder %d among them", stopped, holder.pid)
+	}
+	if !bystander.alive() {
+		t.Error("the bystander was stopped")
+	}
+	if !isMount(t, vol) || !isMount(t, target) || mountSource(t, target) == ports.FencedMountSource {
+		t.Errorf("a mount changed: volume mounted %v, target mounted %v with source %q", isMount(t, vol), isMount(t, target), mountSource(t, target))
+	}
+	if again, err := f.StopHolders(context.Background(), []string{vol, target}); err != nil || len(again) != 0 {
+		t.Fatalf("again: stopped %+v, %v; want nothing", again, err)
+	}
+	if _, err := f.StopHolders(context.Background(), []string{"relative"}); !errors.Is(err, ports.ErrInvalid) {
+		t.Fatalf("a relative point: %v, want ErrInvalid", err)
+	}
+}

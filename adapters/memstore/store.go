@@ -270,3 +270,27 @@ func (s *Store) DropKept(name string) {
 	defer s.mu.Unlock()
 	delete(s.kept, name)
 }
+
+// LockWrites implements ports.WriteLock by its record alone: a directory
+// has no read-only switch of its own (the watchdog's holders are stopped
+// all the same).
+func (s *Store) LockWrites(ctx context.Context, id volume.ID, reason string) error {
+	if reason == "" {
+		reason = "locked"
+	}
+	return s.SetMetadata(ctx, id, map[string]string{ports.MetaWritesLocked: reason})
+}
+
+// UnlockWrites implements ports.WriteLock: the record removed.
+func (s *Store) UnlockWrites(ctx context.Context, id volume.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := s.lookup(id)
+	if err != nil {
+		return err
+	}
+	delete(v.meta, ports.MetaWritesLocked)
+	return nil
+}
+
+var _ ports.WriteLock = (*Store)(nil)

@@ -54,6 +54,7 @@ type Guard struct {
 	// none published). pubMu orders the publications.
 	permits    ports.PermitPublisher
 	records    ports.FenceRecords
+	lock       ports.WriteLock // lifts a watchdog's lock on a copy given back
 	pubMu      sync.Mutex
 	published  bool                        // this process published a permit
 	permit     liveness.Permit             // the last one it published, on its clock
@@ -88,12 +89,13 @@ func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 // primary here may write (liveness.Grant: its own verdicts) for the volume
 // managers' watchdogs, which fence on it when this daemon is down
 // (liveness.Watch); and give back the pods of the volumes they fenced
-// (records) once they may write again. From then on a taker is
+// (records) once they may write again, lifting the lock their fence left
+// on the filesystem (lock) while this node is still the primary. From then on a taker is
 // acknowledged (Takers) only while the node holds its lease and only once
 // the permit bounds its volume by the lease; and a read/write publish
 // (Takers.Claim) only once this process has published the permit.
-func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords) {
-	g.permits, g.records = permits, records
+func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords, lock ports.WriteLock) {
+	g.permits, g.records, g.lock = permits, records, lock
 	g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
 }
 
@@ -572,6 +574,12 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 				g.mu.Unlock()
 				g.clearRecord(id)
 				continue
+			}
+		}
+		if err == nil && v.Unlock && g.lock != nil {
+			// A watchdog's fence left the filesystem read-only.
+			if err = g.lock.UnlockWrites(ctx, id); errors.Is(err, ports.ErrNotFound) {
+				err = nil
 			}
 		}
 		var pods []string

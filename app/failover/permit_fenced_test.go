@@ -65,7 +65,7 @@ func TestAVolumeTakenOverUnderAPodHereHasAPassedDeadlineWhileTheGuardFencesIt(t 
 				vols.Saw(st)
 			}
 			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
-			g.PublishPermits(box, box)
+			g.PublishPermits(box, box, nil)
 			if err := g.RenewOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +117,7 @@ func TestAnUnknownCopyTheGuardFencedIsNeverForever(t *testing.T) {
 	vols := NewVolumes()
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box)
+	g.PublishPermits(box, box, nil)
 
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)
 	if err := g.RenewOnce(ctx); err != nil {
@@ -191,7 +191,7 @@ func TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs(t *testing.T) {
 			eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/reader-0"}, nil).Times(1)
 			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
 				mounts, mocks.NewMockFencer(ctrl), eff, nopEvents{}, zap.NewNop())
-			g.PublishPermits(box, box)
+			g.PublishPermits(box, box, nil)
 			if err := g.RenewOnce(ctx); err != nil {
 				t.Fatal(err)
 			}

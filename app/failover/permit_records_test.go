@@ -24,6 +24,7 @@ type recordWorld struct {
 	lease   *mocks.MockNodeLease
 	eff     *mocks.MockFailoverEffects
 	fencer  *mocks.MockFencer
+	lock    *mocks.MockWriteLock
 	box     *permitBox
 	vols    *Volumes
 	cluster *fakecluster.Store
@@ -48,14 +49,16 @@ func newRecordWorld(t *testing.T, st replica.State) *recordWorld {
 	w.vols.Saw(st)
 	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, NewTakers("a", w.cluster, zap.NewNop()), store,
 		mounts, w.fencer, w.eff, nopEvents{}, zap.NewNop())
-	w.g.PublishPermits(w.box, w.box)
+	w.lock = mocks.NewMockWriteLock(ctrl)
+	w.g.PublishPermits(w.box, w.box, w.lock)
 	return w
 }
 
 // The guard fences a volume itself (its lease ran out) that its watchdog
 // fenced and recorded too (the daemon was down, say): the guard's own
-// give-back restarts the pods once and takes the record with it; the
-// record does not restart them a second time later.
+// give-back lifts the watchdog's write lock (the node is still the
+// primary), then restarts the pods, once, and takes the record with it;
+// the record does not restart them a second time later.
 func TestAWatchdogsRecordOfAVolumeTheGuardFencedGoesWithTheGuardsGiveBack(t *testing.T) {
 	ctx := context.Background()
 	w := newRecordWorld(t, primaryState("rep", "a", "b"))
@@ -81,7 +84,10 @@ func TestAWatchdogsRecordOfAVolumeTheGuardFencedGoesWithTheGuardsGiveBack(t *tes
 	if err := w.g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil).Times(1)
+	gomock.InOrder(
+		w.lock.EXPECT().UnlockWrites(gomock.Any(), volume.ID("rep")).Return(nil).Times(1),
+		w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil).Times(1),
+	)
 	w.g.Check(ctx)
 	w.g.Check(ctx)
 	w.g.Check(ctx)
@@ -123,7 +129,7 @@ func TestAWatchdogsRecordOfAVolumeTheGuardFencedAndWasTakenOverGoes(t *testing.T
 	}
 	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil).Times(1)
 	for range 3 {
-		w.g.Check(ctx) // once: a second EvictPods fails the mock
+		w.g.Check(ctx) // once: a second EvictPods fails the mock, an UnlockWrites too (b is the primary: a's copy stays locked)
 	}
 	if got, _ := w.box.Recorded(); len(got) != 0 {
 		t.Fatalf("records left: %v", got)

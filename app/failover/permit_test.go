@@ -107,7 +107,7 @@ func TestTheGuardPublishesItsVerdictsAsTheNodesPermit(t *testing.T) {
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store,
 		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box)
+	g.PublishPermits(box, box, nil)
 	ctx := context.Background()
 
 	g.Check(ctx)
@@ -164,7 +164,7 @@ func TestATakerIsAcknowledgedOnlyOnceThePermitBoundsItsVolume(t *testing.T) {
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, mocks.NewMockSnapshotStore(ctrl),
 		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box)
+	g.PublishPermits(box, box, nil)
 
 	// No lease yet (this daemon has not renewed): refused.
 	if err := takers.Acknowledge(ctx, "single"); err == nil {
@@ -242,7 +242,7 @@ func TestTheGuardGivesBackThePodsOfAVolumeItsWatchdogFenced(t *testing.T) {
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
 		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), eff, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box)
+	g.PublishPermits(box, box, nil)
 	// The daemon was down: the watchdog fenced rep and recorded it. The
 	// new daemon cannot renew yet: nothing is given back.
 	_ = box.Record("rep", "the deadline passed")

@@ -9,3 +9,8 @@ import (
 // daemon runs with the host's pid namespace) and killed, then the pods'
 // mounts removed.
 func newFencer() ports.Fencer { return fence.New(fence.Options{}) }
+
+// newHolderStopper is the volume manager's watchdog's ports.HolderStopper:
+// the holders of its volume found in /proc (the replica pod runs with the
+// host's pid namespace) and killed; no mount is changed.
+func newHolderStopper() ports.HolderStopper { return fence.New(fence.Options{}) }

@@ -34,7 +34,7 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
+func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
 	if o.ClusterState != "kubernetes" {
 		return nil
 	}
@@ -90,7 +90,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, mounts p
 		// fence their primaries on them when this daemon is down.
 		if o.ReplicaControl != "" {
 			permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
-			guard.PublishPermits(permits, permits)
+			guard.PublishPermits(permits, permits, lock)
 		}
 		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
 	}
@@ -262,7 +262,7 @@ func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.In
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder, takers *failover.Takers) error {
+func nodeReplication(o *Options, n *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
 	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
 		return nil
 	}
@@ -275,11 +275,12 @@ func nodeReplication(o *Options, n *app.Node, events ports.EventRecorder, takers
 		return err
 	}
 	r := app.NodeReplication{
-		Cluster:  rvstate.New(dyn, nil),
-		Control:  replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
-		Workload: workload.New(kube, dyn, tpl),
-		Events:   events,
-		Wait:     o.HandoverWait,
+		Cluster:   rvstate.New(dyn, nil),
+		Control:   replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
+		Workload:  workload.New(kube, dyn, tpl),
+		Events:    events,
+		Wait:      o.HandoverWait,
+		WriteLock: lock,
 	}
 	if takers != nil {
 		r.Takers = takers

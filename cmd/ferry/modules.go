@@ -58,12 +58,13 @@ func newLogger(o *Options, mode string) (*zap.Logger, error) {
 	return log.With(zap.String("mode", mode), zap.String("node", o.NodeID)), nil
 }
 
-// storeModule provides ports.SnapshotStore: the ZFS pool, or a directory.
+// storeModule provides ports.SnapshotStore and ports.WriteLock: the ZFS
+// pool, or a directory.
 func storeModule(o *Options) fx.Option {
 	if o.Store == "memory" {
 		return fx.Provide(fx.Annotate(
 			func() *memstore.Store { return memstore.New(o.MemoryDir, 100*volume.GiB, 1) },
-			fx.As(new(ports.SnapshotStore))))
+			fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))))
 	}
 	return fx.Provide(fx.Annotate(
 		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
@@ -80,7 +81,7 @@ func storeModule(o *Options) fx.Option {
 			}})
 			return s, nil
 		},
-		fx.As(new(ports.SnapshotStore))))
+		fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))))
 }
 
 // csiServer serves the CSI services on the endpoint; its hooks start the
@@ -171,12 +172,12 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *app.Node, log *zap.Logger) error {
-				return daemonKube(lc, o, s, mt, newFencer(), relay, events, takers, uc, log)
+			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *app.Node, log *zap.Logger) error {
+				return daemonKube(lc, o, s, lock, mt, newFencer(), relay, events, takers, uc, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
-			func(uc *app.Node, events ports.EventRecorder, takers *failover.Takers) error {
-				return nodeReplication(o, uc, events, takers)
+			func(uc *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
+				return nodeReplication(o, uc, lock, events, takers)
 			},
 		),
 	)
@@ -225,8 +226,8 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
-			func(lc fx.Lifecycle, r *app.Replicator, s ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
-				return runWatchdog(lc, o, r, s, events, log)
+			func(lc fx.Lifecycle, r *app.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+				return runWatchdog(lc, o, r, s, lock, events, log)
 			},
 		),
 	)

@@ -263,7 +263,7 @@ func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 // runWatchdog runs the volume manager's watchdog (--watchdog): it fences
 // the primary here when the node's write permit, which the node daemon
 // publishes in --control-dir, has run out.
-func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.SnapshotStore, events ports.EventRecorder, log *zap.Logger) error {
+func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 	if !o.Watchdog {
 		return nil
 	}
@@ -273,7 +273,7 @@ func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.Sna
 	}
 	node := replica.Node(o.NodeID)
 	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
-	w := app.NewWatchdog(app.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, newFencer(), events, log.Named("watchdog"))
+	w := app.NewWatchdog(app.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, lock, newHolderStopper(), events, log.Named("watchdog"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{

@@ -291,7 +291,12 @@ const (
 // volume), and why.
 type GiveBackVerdict struct {
 	Restart bool
-	Reason  string
+	// Unlock: lift the volume's write lock (a watchdog's fence leaves the
+	// filesystem read-only) before the pods are restarted: only while this
+	// node is still the volume's active primary. Any other copy stays
+	// locked until a read/write publish makes it the writer again.
+	Unlock bool
+	Reason string
 }
 
 // GiveBackPods judges a copy whose fence f ended (GiveBack): its pods
@@ -306,7 +311,7 @@ func GiveBackPods(f Fence, r Resumed) GiveBackVerdict {
 	case r == ResumedGone:
 		return GiveBackVerdict{Reason: "the volume is gone"}
 	case r == ResumedPrimary:
-		return GiveBackVerdict{Restart: true, Reason: "still the active primary, resumed"}
+		return GiveBackVerdict{Restart: true, Unlock: true, Reason: "still the active primary, resumed"}
 	case f.Unknown:
 		return GiveBackVerdict{Restart: true, Reason: "fenced unknown: its pods go back whoever the primary is"}
 	case f.Watchdog:

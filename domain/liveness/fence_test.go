@@ -118,7 +118,7 @@ func TestAVolumeTakenOverFromUnderAWriterHereIsFencedAndOneReleasedNever(t *test
 	}
 }
 
-func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasFencedUnknown(t *testing.T) {
+func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasFencedUnknownAndUnlockedOnlyOnThePrimary(t *testing.T) {
 	byTerm := Fence{Reason: "the node's lease ran out and b has not promised"}
 	unknown := Fence{Reason: ReasonUnknown, Unknown: true}
 	watchdog := Fence{Reason: "its volume manager's watchdog fenced it: the permit ran out", Watchdog: true}
@@ -127,19 +127,20 @@ func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasF
 		f       Fence
 		r       Resumed
 		restart bool
+		unlock  bool // a watchdog's write lock lifted: only on the primary
 	}{
-		{"still the primary, resumed: restarted", byTerm, ResumedPrimary, true},
-		{"taken over meanwhile: left to the survivor", byTerm, ResumedNotPrimary, false},
-		{"volume gone: nothing", byTerm, ResumedGone, false},
-		{"fenced unknown, a secondary's copy: restarted", unknown, ResumedNotPrimary, true},
-		{"fenced unknown, the primary's: restarted", unknown, ResumedPrimary, true},
-		{"fenced unknown, volume gone: nothing", unknown, ResumedGone, false},
-		{"fenced by its watchdog, a secondary's copy: restarted", watchdog, ResumedNotPrimary, true},
-		{"fenced by its watchdog, the primary's: restarted", watchdog, ResumedPrimary, true},
-		{"fenced by its watchdog, volume gone: nothing", watchdog, ResumedGone, false},
+		{"still the primary, resumed: restarted", byTerm, ResumedPrimary, true, true},
+		{"taken over meanwhile: left to the survivor", byTerm, ResumedNotPrimary, false, false},
+		{"volume gone: nothing", byTerm, ResumedGone, false, false},
+		{"fenced unknown, a secondary's copy: restarted", unknown, ResumedNotPrimary, true, false},
+		{"fenced unknown, the primary's: restarted", unknown, ResumedPrimary, true, true},
+		{"fenced unknown, volume gone: nothing", unknown, ResumedGone, false, false},
+		{"fenced by its watchdog, a secondary's copy: restarted", watchdog, ResumedNotPrimary, true, false},
+		{"fenced by its watchdog, the primary's: restarted", watchdog, ResumedPrimary, true, true},
+		{"fenced by its watchdog, volume gone: nothing", watchdog, ResumedGone, false, false},
 	}
 	for _, c := range cases {
-		if v := GiveBackPods(c.f, c.r); v.Restart != c.restart || v.Reason == "" {
+		if v := GiveBackPods(c.f, c.r); v.Restart != c.restart || v.Unlock != c.unlock || v.Reason == "" {
 			t.Errorf("%s: %+v", c.name, v)
 		}
 	}

@@ -10,6 +10,10 @@
 #                         and every container process SIGSTOPped (their pids
 #                         and start times in $RUN/paused-NODE); the network
 #                         stays up
+#   node.sh pause-daemon NODE  only Ferry's node daemon on NODE SIGSTOPped (a
+#                         crash loop, an upgrade waiting for its image): the
+#                         kubelet, the pods and the volume managers run on;
+#                         listed in $RUN/paused-NODE like pause's
 #   node.sh resume NODE   SIGCONT to exactly the processes pause stopped
 #   node.sh isolate NODE  the node and its pods lose the API server (their
 #                         packets to it dropped), the other nodes still reach
@@ -22,7 +26,7 @@ set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root"
-usage="usage: node.sh kill|cut|pause|resume|isolate|restore NODE"
+usage="usage: node.sh kill|cut|pause|pause-daemon|resume|isolate|restore NODE"
 [ $# -eq 2 ] || die "$usage"
 cmd="$1" n="$2"
 [ -e "/run/netns/$n" ] || die "no node $n (no network namespace /run/netns/$n)"
@@ -118,6 +122,23 @@ pause)
   done
   mv "$paused.tmp" "$paused"
   log "node $n paused (${#stopped[@]} processes, listed in $paused)"
+  ;;
+pause-daemon)
+  [ -f "$paused" ] && die "node $n is paused already ($paused)"
+  : >"$paused.tmp"
+  count=0
+  mapfile -t procs < <(runtime_procs "$(node_dir "$n")")
+  for p in "${procs[@]}"; do
+    mapfile -d "" args 2>/dev/null <"/proc/$p/cmdline" || continue
+    [ "${#args[@]}" -ge 2 ] && [ "${args[0]##*/}" = ferry ] && [ "${args[1]}" = daemon ] || continue
+    st="$(start_time "$p")" || continue
+    kill -STOP "$p" 2>/dev/null || continue
+    echo "$p $st" >>"$paused.tmp"
+    count=$((count + 1))
+  done
+  [ "$count" -gt 0 ] || { rm -f "$paused.tmp"; die "no ferry daemon runs on node $n"; }
+  mv "$paused.tmp" "$paused"
+  log "node $n: its ferry daemon paused ($count processes, listed in $paused)"
   ;;
 resume)
   [ -f "$paused" ] || die "node $n is not paused (no $paused)"

@@ -61,11 +61,11 @@ func TestTheReplicaTemplatePassesOnlyFlagsTheVolumeManagerAccepts(t *testing.T) 
 
 // The volume managers' --control-dir is the host directory of the
 // daemon's --replica-control-dir: their sockets, and the node's write
-// permit their watchdogs read. With --watchdog, the replica pod runs in
-// the host's pid namespace (its fence finds the pods' processes) and
-// mounts the kubelet's pods directory, Bidirectional, where the daemon's
-// container has it (its fence covers the pods' mounts there, and the
-// host must see it).
+// permit their watchdogs read. The watchdog is on (--watchdog: fencing
+// does not hinge on the daemon), and the replica pod runs in the host's
+// pid namespace (its fence finds the pods' processes) and sees the
+// datasets' mounts where the store mounts them (where it finds the
+// filesystem's device).
 func TestTheReplicaPodsShareTheDaemonsControlDirectoryAndWhatTheirWatchdogNeeds(t *testing.T) {
 	m := mustLoad(t)
 	tpl := replicaTemplate(t, m)
@@ -102,24 +102,18 @@ func TestTheReplicaPodsShareTheDaemonsControlDirectoryAndWhatTheirWatchdogNeeds(
 		t.Errorf("the volume managers' --control-dir %s is the host's %q, the daemon's --replica-control-dir %s the host's %q", vmCtl, host, ctl, hostOf(ctl))
 	}
 	if _, on := flagValue(tpl.Args, "watchdog"); !on {
-		return // not enabled (deploy/replica.yaml says why): nothing more it needs
+		t.Error("the replica template does not pass --watchdog: with the daemon down, nothing fences a primary")
 	}
 	if !tpl.HostPID {
 		t.Error("--watchdog without hostPID: the fence would see no pod's process")
 	}
-	pods := ""
-	for _, vm := range c.VolumeMounts {
-		if vm.Name == "pods-mount-dir" {
-			pods = vm.MountPath
+	mounts := false
+	for _, vm := range tpl.Mounts {
+		if vm.Name == "dataset-mounts" && vm.MountPropagation != nil && *vm.MountPropagation == corev1.MountPropagationBidirectional {
+			mounts = true
 		}
 	}
-	host, vm, ok := templateHostPath(tpl, pods)
-	switch {
-	case pods == "":
-		t.Error("the daemon mounts no pods-mount-dir")
-	case !ok || host != hostOf(pods):
-		t.Errorf("--watchdog, but the replica pods do not mount the host's %s at %s (the pods' mounts the fence covers)", hostOf(pods), pods)
-	case vm.MountPropagation == nil || *vm.MountPropagation != corev1.MountPropagationBidirectional:
-		t.Errorf("the replica pods mount %s without Bidirectional propagation: the host would not see the fence's unmounts", pods)
+	if !mounts {
+		t.Error("the replica pods do not see the datasets' mounts (dataset-mounts, Bidirectional): the watchdog would find no device to fence")
 	}
 }

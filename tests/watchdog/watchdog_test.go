@@ -8,7 +8,8 @@
 // process holding a file open through that mount; the Linux mount table
 // and fence (adapters/mount, adapters/fence) in the watchdog
 // (app.Watchdog). Nothing of the node is touched but what the test
-// mounts and the processes it starts.
+// mounts and the processes it starts. (The write lock is the memory
+// store's record here; adapters/zfs tests readonly=on on a real pool.)
 package watchdog
 
 import (
@@ -54,9 +55,12 @@ func (e *events) Record(_ context.Context, _ volume.ID, ev ports.Event) {
 // process killed): the writer holding a file on the primary's filesystem
 // through a pod's mount writes on while the permit runs, is killed once
 // its deadline has passed (not before, and within a margin of it), the
-// pod's mount is covered with the fence's empty read-only placeholder, and
-// a record tells the daemon to give the pod back. Once a daemon publishes
-// a permit ahead again, the watchdog stops.
+// volume's writes are locked, the pod's mount is left as it is (the
+// watchdog changes no mount: from a pod's mount namespace an unmount may
+// not reach the node), a writer the kubelet would restart there is
+// stopped again during the spell, and a record tells the daemon to lift
+// the lock and give the pod back. Once a daemon publishes a permit ahead
+// again, the watchdog stops.
 func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the watchdog test mounts filesystems and kills its own children: it needs root (make test-watchdog)")
@@ -118,7 +122,7 @@ func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T
 	ev := &events{}
 	node := permitfile.New(control, "a", permitfile.Options{})
 	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: id, Poll: 100 * time.Millisecond}, node, node, func() bool { return false },
-		store, mount.Table{}, fence.New(fence.Options{Wait: 3 * time.Second}), ev, zaptest.NewLogger(t))
+		store, mount.Table{}, store, fence.New(fence.Options{Wait: 3 * time.Second}), ev, zaptest.NewLogger(t))
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { w.Run(wctx); close(done) }()
@@ -174,15 +178,34 @@ func TestAWriterIsKilledOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.T
 	if size(t, log) <= before {
 		t.Error("the writer wrote nothing while the permit ran")
 	}
-	// The fence covers the mounts once the writers are gone.
 	for until := time.Now().Add(10 * time.Second); !w.Fencing(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(until) {
 			t.Fatal("the fence did not finish")
 		}
 	}
+	if got, err := store.GetVolume(ctx, id); err != nil || got.Metadata[ports.MetaWritesLocked] == "" {
+		t.Fatalf("the volume's writes are not locked: %v (%v)", got.Metadata, err)
+	}
 	m, ok, err := (mount.Table{}).MountAt(target)
-	if err != nil || !ok || m.Source != ports.FencedMountSource || !m.ReadOnly {
-		t.Fatalf("the pod's target after the fence: %+v mounted %v (%v), want the read-only placeholder", m, ok, err)
+	if err != nil || !ok || m.Source != info.MountSource {
+		t.Fatalf("the pod's target after the fence: %+v mounted %v (%v), want the volume's mount, untouched", m, ok, err)
+	}
+	// A writer started again on the pod's mount (a container restarted)
+	// is stopped during the spell, within a few polls.
+	again := exec.Command("sh", "-c", "exec 3>>"+log+"; while :; do echo y >&3; sleep 0.05; done")
+	again.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := again.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = again.Process.Kill() })
+	restarted := time.Now()
+	againDone := make(chan error, 1)
+	go func() { againDone <- again.Wait() }()
+	select {
+	case err := <-againDone:
+		t.Logf("the restarted writer was stopped %s after it started (%v)", time.Since(restarted), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a writer restarted on the fenced volume still runs after 10 s")
 	}
 	// (The record follows the fence.)
 	for until := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {

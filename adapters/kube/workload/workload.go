@@ -67,13 +67,12 @@ type Template struct {
 	// and cluster-state flags (they may use $(NODE_NAME)).
 	Args []string `json:"args"`
 	// Volumes and Mounts give the pod the node's ZFS (socket, devices,
-	// dataset mount directory) and the peer TLS Secret; with --watchdog
-	// also the kubelet's pods directory (Bidirectional), whose pod
-	// mounts of the volume its fence removes.
+	// dataset mount directory, where the watchdog also finds the
+	// filesystem's device) and the peer TLS Secret.
 	Volumes []corev1.Volume      `json:"volumes"`
 	Mounts  []corev1.VolumeMount `json:"volumeMounts"`
-	// HostPID runs the pod in the host's pid namespace: the watchdog's
-	// fence (--watchdog) must see, and stop, the pods' processes.
+	// HostPID runs the pod in the host's pid namespace: the watchdog
+	// (--watchdog) must see, and stop, the processes holding its volume.
 	HostPID bool `json:"hostPID,omitempty"`
 }
 

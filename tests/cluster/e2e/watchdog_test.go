@@ -1,0 +1,104 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 21.11: the primary's node daemon stops (paused here: a crash loop,
+// an out-of-memory kill, an upgrade waiting for its image) and the node
+// then loses the API server: its guard is gone, and the kubelet never
+// hears of the survivor's forced deletion of the pod. Only the volume
+// manager's watchdog stops the writer: at the write permit's deadline, a
+// margin and more before any survivor may take over, it locks the copy's
+// writes (readonly=on) and stops the writer. The test follows the old
+// writer's own token on the node's copy from the host: its last write
+// comes before the takeover, and it writes nothing while the new pod
+// appends. Back, the node's daemon finds its copy taken over: it rejoins.
+func TestNodeLossWithItsDaemonDownThePrimarysWatchdogFencesItBeforeTheTakeover(t *testing.T) {
+	ns := namespace(t)
+	must(t, tokenWriterSetYAML("w"), "-n", ns, "apply", "-f", "-")
+	_, first := podOf(t, ns, "w", 120*time.Second)
+	vol := volumeOf(t, ns, "data-w-0")
+	waitReady(t, vol)
+	replicated(t, vol, first)
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			nodeFault(t, "restore", first)
+		}
+	})
+	path := hostLogPath(t, first, vol)
+	var old string
+	eventually(t, "the writer's token on the primary's copy", 30*time.Second, func() (bool, string) {
+		_, last, err := tokenLog(path)
+		old = last
+		return err == nil && last != "", fmt.Sprint(err)
+	})
+
+	w := watchRV(t, vol, first)
+	start := time.Now()
+	nodeFault(t, "pause-daemon", first)
+	nodeFault(t, "isolate", first)
+	oldMax, grewAt := 0, start
+	follow := func() {
+		if most, _, err := tokenLog(path); err == nil && most[old] > oldMax {
+			oldMax, grewAt = most[old], time.Now()
+		}
+	}
+	locked := false
+	for w.TookOver().IsZero() {
+		follow()
+		if !locked {
+			out, _ := exec.Command("zfs", "get", "-H", "-o", "value", "readonly", "ferry-"+first+"/ferry/"+vol).Output()
+			locked = strings.TrimSpace(string(out)) == "on"
+		}
+		if time.Since(start) > 90*time.Second {
+			t.Fatalf("no takeover 90 s after %s's daemon stopped and it lost the API server", first)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := w.TookOver()
+	pod, second, ready := readyPodElsewhere(t, ns, "w", first, 90*time.Second, follow)
+	t.Logf("%s's daemon paused and the node isolated: taken over after %.1f s, the pod ready on %s after %.1f s; the old writer's last write %.1f s after the fault",
+		first, took.Sub(start).Seconds(), second, ready.Sub(start).Seconds(), grewAt.Sub(start).Seconds())
+	if !locked {
+		t.Errorf("the primary's copy on %s was never seen read-only before the takeover (its watchdog's write lock)", first)
+	}
+	if !grewAt.Before(took) {
+		t.Errorf("the old writer on %s last wrote %.2f s after the fault, the takeover was seen at %.2f s: two writers", first, grewAt.Sub(start).Seconds(), took.Sub(start).Seconds())
+	}
+	resumed := podLast(t, ns, pod, "/data/resumed")
+	from := podLast(t, ns, pod, "/data/log")
+	eventually(t, "the new pod appends twenty numbers", 30*time.Second, func() (bool, string) {
+		before := oldMax
+		follow()
+		if oldMax > before {
+			t.Fatalf("the old writer on %s wrote %d after the takeover (it had stopped at %d)", first, oldMax, before)
+		}
+		n := podLast(t, ns, pod, "/data/log")
+		return n >= from+20, fmt.Sprintf("at %d, from %d", n, from)
+	})
+	w.Stop()
+	if n := w.MaxActive(); n > 1 {
+		t.Fatalf("%d active primaries seen at once", n)
+	}
+	if p := w.Primaries(); len(p) != 2 || p[1] != second {
+		t.Fatalf("primaries seen %v, want %s then %s", p, first, second)
+	}
+
+	// The daemon back (resumed), the API server reachable again: the copy
+	// was taken over, so it is fenced for good and rejoins as a secondary.
+	nodeFault(t, "restore", first)
+	restored = true
+	returnedNodeRejoins(t, vol, first, second)
+	logIntact(t, ns, pod)
+	if oldMax > resumed {
+		fencedWritesKept(t, first, vol)
+	}
+}
