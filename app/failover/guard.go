@@ -599,7 +599,7 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 		g.clearRecord(id)
 		g.log.Info("pods of a volume no longer fenced restarted", zap.String("volume", string(id)), zap.Strings("pods", pods), zap.String("reason", v.Reason))
 		g.events.Record(ctx, id, ports.Event{Type: ports.EventNormal, Reason: "Unfenced",
-			Message: fmt.Sprintf("the primary on %s may write again without a takeover (it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, f.Reason, pods)})
+			Message: fmt.Sprintf("the fence of the copy on %s ended (%s; it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, v.Reason, f.Reason, pods)})
 	}
 	return next
 }

@@ -328,9 +328,12 @@ func fencedWritesKept(t *testing.T, node, vol string) {
 	if err != nil || !strings.Contains(string(out), vol) {
 		t.Errorf("no copy of the fenced writes kept on %s: %v %s", node, err, out)
 	}
-	if ev := volumeEvents(t, vol); !strings.Contains(ev, "FencedWritesKept") {
-		t.Errorf("no FencedWritesKept event for %s: %s", vol, ev)
-	}
+	// The event comes from the copy's volume manager, which may have
+	// queued it while it could not reach the API server.
+	eventually(t, "a FencedWritesKept event for "+vol, 60*time.Second, func() (bool, string) {
+		ev := volumeEvents(t, vol)
+		return strings.Contains(ev, "FencedWritesKept"), ev
+	})
 }
 
 func TestNodeLossKilledPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "kill") }

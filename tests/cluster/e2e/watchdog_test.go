@@ -3,8 +3,10 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,12 +53,25 @@ func TestNodeLossWithItsDaemonDownThePrimarysWatchdogFencesItBeforeTheTakeover(t
 			oldMax, grewAt = most[old], time.Now()
 		}
 	}
-	locked := false
+	// The lock, by its record on the dataset (zfs-fuse's `zfs get
+	// readonly` shows the mount's temporary value), and by its effect: a
+	// new file on the copy is refused (tried until it is: the record is
+	// written just before the property).
+	locked, refused := false, ""
 	for w.TookOver().IsZero() {
 		follow()
-		if !locked {
-			out, _ := exec.Command("zfs", "get", "-H", "-o", "value", "readonly", "ferry-"+first+"/ferry/"+vol).Output()
-			locked = strings.TrimSpace(string(out)) == "on"
+		if refused == "" {
+			out, _ := exec.Command("zfs", "get", "-H", "-o", "value", "ferry.zfs.csi.io:writes-locked", "ferry-"+first+"/ferry/"+vol).Output()
+			if v := strings.TrimSpace(string(out)); v != "" && v != "-" {
+				locked = true
+				// The probe's shell holds the copy a moment: the watchdog
+				// may stop it first; then it is tried again.
+				probe := filepath.Join(filepath.Dir(path), ".e2e-probe")
+				out, err := exec.Command("sh", "-c", ": > "+probe).CombinedOutput()
+				if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.Exited() {
+					refused = strings.TrimSpace(string(out))
+				}
+			}
 		}
 		if time.Since(start) > 90*time.Second {
 			t.Fatalf("no takeover 90 s after %s's daemon stopped and it lost the API server", first)
@@ -68,7 +83,11 @@ func TestNodeLossWithItsDaemonDownThePrimarysWatchdogFencesItBeforeTheTakeover(t
 	t.Logf("%s's daemon paused and the node isolated: taken over after %.1f s, the pod ready on %s after %.1f s; the old writer's last write %.1f s after the fault",
 		first, took.Sub(start).Seconds(), second, ready.Sub(start).Seconds(), grewAt.Sub(start).Seconds())
 	if !locked {
-		t.Errorf("the primary's copy on %s was never seen read-only before the takeover (its watchdog's write lock)", first)
+		t.Errorf("the primary's copy on %s was never seen locked before the takeover (its watchdog's write lock)", first)
+	} else if refused == "" {
+		t.Errorf("the primary's copy on %s is locked, but a new file on it was not refused", first)
+	} else {
+		t.Logf("a new file on the locked copy: %s", refused)
 	}
 	if !grewAt.Before(took) {
 		t.Errorf("the old writer on %s last wrote %.2f s after the fault, the takeover was seen at %.2f s: two writers", first, grewAt.Sub(start).Seconds(), took.Sub(start).Seconds())
