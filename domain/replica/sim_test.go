@@ -27,7 +27,7 @@ import (
 //	go test ./domain/replica -run '^TestSimulation$' -sim.seeds=10000 -sim.steps=1500
 //
 // A seed found failing is kept as a test of its own
-// (review_sim_seed_test.go).
+// (sim_seeds_test.go).
 var (
 	simSeeds = flag.Int("sim.seeds", 300, "number of seeds the simulation runs")
 	simFirst = flag.Int64("sim.first", 1, "first seed")

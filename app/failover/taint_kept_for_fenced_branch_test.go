@@ -21,7 +21,7 @@ import (
 // report 3@2:102 ready=true") before b's first snapshot makes it roll
 // back. Its fenced taint must stay until it resynced; before the fix the
 // stored ready flag lifted it at once.
-func TestReviewFailoverTheOwnTaintStaysWhileTheCopyHereHoldsWhatThePrimaryLacks(t *testing.T) {
+func TestTheOwnTaintStaysWhileTheCopyHereHoldsWhatThePrimaryLacks(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	ctx := context.Background()
 	cluster := fakecluster.New()

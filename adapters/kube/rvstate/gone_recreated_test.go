@@ -17,7 +17,7 @@ import (
 // stored that the guard never asks for a promise (two writers after a
 // cut). Volume IDs from the external-provisioner (pvc-<uid>) never repeat,
 // so this needs a name reused by hand: low likelihood.
-func TestReviewAVolumeDeletedAndCreatedAgainWhileTheReaderLagsKeepsItsGone(t *testing.T) {
+func TestAVolumeDeletedAndCreatedAgainWhileTheReaderLagsKeepsItsGone(t *testing.T) {
 	old := replica.State{Volume: "pvc-x", ReplicationFactor: 2, Epoch: 5, Primary: "a",
 		Replicas: []replica.Replica{{Node: "a", Snapshot: 9, SnapshotEpoch: 5, Active: true}, {Node: "b", Snapshot: 9, SnapshotEpoch: 5, Taker: true}}, Version: "10"}
 	again := replica.State{Volume: "pvc-x", ReplicationFactor: 2, Epoch: 1, Primary: "a",

@@ -19,7 +19,7 @@ import (
 // reporting the snapshot it listed before, which its pool no longer
 // holds. Until the next resync (5 min) every other replica's Leave counts
 // this phantom copy.
-func TestReviewAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
+func TestAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 	c := newCluster(t, 2, "a", "b", "c")
 	c.write("a", "v1")
 	for _, n := range []replica.Node{"a", "b", "c"} {

@@ -14,7 +14,7 @@ import (
 // API server, asks b for a promise at 3 s (its clock); b receives it at
 // once. a writes on until 3 s + the span; b must not take a for lost
 // before 2 margins after that.
-func TestReviewFailoverAPromiseEndsTwoMarginsBeforeTheObserverMayTakeOver(t *testing.T) {
+func TestAPromiseEndsTwoMarginsBeforeTheObserverMayTakeOver(t *testing.T) {
 	const sent = 3 * time.Second
 	o := NewObserver(cfg, "b")
 	o.Read(0, leases("a", "1"))

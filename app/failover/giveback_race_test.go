@@ -51,7 +51,7 @@ func (c *hookedCluster) Get(ctx context.Context, id volume.ID) (replica.State, e
 // Nothing orders the give back after every survivor's last look at the
 // old lease: the takeover's compare-and-swap does not check the lease,
 // and the give back does not invalidate a takeover decided earlier.
-func TestReviewAGiveBackAfterARenewalRacesATakeoverDecidedOnTheOldLease(t *testing.T) {
+func TestAGiveBackAfterARenewalRacesATakeoverDecidedOnTheOldLease(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	ctx := context.Background()
 	cluster := &hookedCluster{Store: fakecluster.New()}

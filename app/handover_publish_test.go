@@ -44,7 +44,7 @@ const oldPodTarget = "/var/lib/kubelet/pods/old/mount"
 // under the old pod's bind mount. The port answers ErrBusy for that
 // (SnapshotStore.Remount), so the publish answers Aborted on every retry
 // and the rollout waits for ever; the ZFS adapter instead unmounts the old
-// pod's bind mount (adapters/zfs review_handover_remount_test.go).
+// pod's bind mount (adapters/zfs remount_binds_test.go).
 //
 // Nothing was received since the old pod's publish (this node has been
 // the writer all along, and that publish recorded its remount of epoch 2

@@ -20,7 +20,7 @@ import (
 // Duration + Margin after the lease last changed; the app pod using the
 // replicated volume here must be fenced all the same. Before the fix the
 // guard fenced only volumes its view named: none.
-func TestReviewFailoverADaemonStartedWithoutAViewStillFencesItsReplicatedVolumes(t *testing.T) {
+func TestADaemonStartedWithoutAViewStillFencesItsReplicatedVolumes(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	clock := &fakeClock{}
 	lease := mocks.NewMockNodeLease(ctrl)

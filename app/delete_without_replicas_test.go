@@ -19,7 +19,7 @@ import (
 // REVIEW: a state listing no replica (rvstate.Create's documented
 // half-made object: spec written, status not) is removed at once by
 // Delete, and DeleteVolume returns before destroying the local copy.
-func TestReviewDeleteVolumeOfAStateWithoutReplicasLeavesTheLocalCopy(t *testing.T) {
+func TestDeleteVolumeOfAStateWithoutReplicasLeavesTheLocalCopy(t *testing.T) {
 	states := fakecluster.New()
 	const id = volume.ID("pvc-e")
 	if _, err := states.Create(ctx, replica.State{Volume: id, ReplicationFactor: 2}); err != nil {

@@ -42,7 +42,7 @@ func (a takeoverAfterAck) Claim(ctx context.Context, id volume.ID) error {
 //
 // A publish whose fresh state does not show this node the active primary
 // must not mount read/write (ErrNotPrimary, as when Acquire fails).
-func TestReviewAPublishRacedByATakeoverDoesNotMountReadWrite(t *testing.T) {
+func TestAPublishRacedByATakeoverDoesNotMountReadWrite(t *testing.T) {
 	w := newRemountWorld(t)
 	w.n.EnableReplication(app.NodeReplication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, Takers: takeoverAfterAck{w}})
 	err := w.publish("pod-a", false)

@@ -27,7 +27,7 @@ import (
 //
 // The restarted guard must fence a read/write pod mount of a copy whose
 // volume has another active primary, whatever this process remembers.
-func TestReviewARestartedDaemonFencesAPodStillWritingAVolumeTakenOverWhileItWasDown(t *testing.T) {
+func TestARestartedDaemonFencesAPodStillWritingAVolumeTakenOverWhileItWasDown(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	clock := &fakeClock{}
 	lease := mocks.NewMockNodeLease(ctrl)

@@ -32,7 +32,7 @@ func (f *failingUpdates) Update(ctx context.Context, id volume.ID, fn func(*repl
 // entry whose copy no longer exists). The volume manager keeps running
 // while the volume is deleted (its pods stay until the object goes) and
 // retries.
-func TestReviewAnEntryWhoseCopyWasDestroyedIsRemovedOnceTheAPIAnswers(t *testing.T) {
+func TestAnEntryWhoseCopyWasDestroyedIsRemovedOnceTheAPIAnswers(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
 	c.start("a")

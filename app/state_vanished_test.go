@@ -58,7 +58,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // without destroying the copy; the machine counts itself left, Terminate
 // reports the copy released, and the copy stays, listed nowhere (the
 // adopter skips copies without a state).
-func TestReviewACopyOfADeletedVolumeSurvivesWhenItsStateVanishes(t *testing.T) {
+func TestACopyOfADeletedVolumeSurvivesWhenItsStateVanishes(t *testing.T) {
 	const id = volume.ID("pvc-g")
 	fc := fakecluster.New()
 	state := &goneState{Store: fc}

@@ -24,7 +24,7 @@ import (
 // only restarts pods where this node is the active primary: the read-only
 // pod here stays on the fence's empty placeholder until someone restarts
 // it by hand (no event says so either). Stuck, not data loss.
-func TestReviewAReadOnlyPodFencedAsUnknownIsGivenBackToo(t *testing.T) {
+func TestAReadOnlyPodFencedAsUnknownIsGivenBackToo(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	ctx := context.Background()
 	cluster := fakecluster.New()

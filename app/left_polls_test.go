@@ -11,7 +11,7 @@ import (
 // tick until its pod is deleted, which for a pod owned by the
 // ReplicatedVolume is when the last replica (maybe on a node that is down)
 // has left.
-func TestReviewAReplicaThatLeftReadsTheStateEveryTick(t *testing.T) {
+func TestAReplicaThatLeftReadsTheStateEveryTick(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
 	c.start("a")
