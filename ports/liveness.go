@@ -70,3 +70,10 @@ type PromiseAsker interface {
 	// when the request was sent. An error when node could not be asked.
 	Promise(ctx context.Context, node, asker replica.Node) (bool, time.Duration, error)
 }
+
+// FencedTaint is the key of the taint (effect NoSchedule) on a node whose
+// primaries were taken over while it was lost: set by the survivor
+// (FailoverEffects), lifted when its copies are ready again, tolerated by
+// the replica pods (they must run there to catch up). One source for the
+// adapters that set and tolerate it and for the events that name it.
+const FencedTaint = "ferry.zfs.csi.io/fenced"

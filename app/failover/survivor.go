@@ -347,7 +347,7 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 		if len(pods) > 0 {
 			s.log.Warn("force-deleted the lost node's pods of a volume taken over", zap.String("volume", string(id)), zap.String("lost", string(n)), zap.Strings("pods", pods))
 			s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "PodsEvicted",
-				Message: fmt.Sprintf("force-deleted %v on lost node %s (tainted %s) so that their controllers start them on %s", pods, n, "ferry.zfs.csi.io/fenced", s.cfg.Node)})
+				Message: fmt.Sprintf("force-deleted %v on lost node %s (tainted %s) so that their controllers start them on %s", pods, n, ports.FencedTaint, s.cfg.Node)})
 		}
 		s.mu.Lock()
 		if s.pending[o] == owe { // not raised to more effects meanwhile
@@ -402,17 +402,15 @@ func (s *Survivor) liftOwnTaint(ctx context.Context, now time.Duration) error {
 	s.log.Info("fenced taint removed", zap.String("reason", v.Reason))
 	for _, c := range v.Unready {
 		s.events.Record(ctx, c.Volume, ports.Event{Type: ports.EventWarning, Reason: "TaintLiftedCopyNotReady",
-			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted although its copy is %s; it holds nothing the primary lacks, so it does not hold the node: it gets no placement label until it catches up (its volume manager's events say what stops it: a full pool, a conflict for an operator)", s.cfg.Node, taintName, c.Why)})
+			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted although its copy is %s; it holds nothing the primary lacks, so it does not hold the node: it gets no placement label until it catches up (its volume manager's events say what stops it: a full pool, a conflict for an operator)", s.cfg.Node, ports.FencedTaint, c.Why)})
 	}
 	for _, c := range v.Waiting {
 		s.events.Record(ctx, c.Volume, ports.Event{Type: ports.EventWarning, Reason: "TaintLiftedFencedCopy",
-			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted after the longest wait although its copy %s; those writes stay until its volume manager keeps them aside (FencedWritesKept, or FencedWritesNotKept without room) and rolls back: an operator may have to make room or mend the volume manager", s.cfg.Node, taintName, c.Why)})
+			Message: fmt.Sprintf("node %s's fenced taint (%s) was lifted after the longest wait although its copy %s; those writes stay until its volume manager keeps them aside (FencedWritesKept, or FencedWritesNotKept without room) and rolls back: an operator may have to make room or mend the volume manager", s.cfg.Node, ports.FencedTaint, c.Why)})
 	}
 	return nil
 }
 
-// taintName names the taint in events (the adapter owns the key).
-const taintName = "ferry.zfs.csi.io/fenced"
 
 // localCopies reads, fresh, every local copy as the taint rule needs it:
 // its volume's state, and the newest replication snapshot the pool holds

@@ -27,7 +27,7 @@ import (
 )
 
 // TaintKey is Ferry's taint of a fenced node (effect NoSchedule).
-const TaintKey = "ferry.zfs.csi.io/fenced"
+const TaintKey = ports.FencedTaint
 
 // Effects carries out a takeover's effects.
 type Effects struct {

@@ -133,24 +133,6 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	return nil
 }
 
-// Run publishes now and then every third of the Lease's duration until
-// ctx ends; a failed renewal is retried at the next one and reported to
-// onError.
-func (p *Publisher) Run(ctx context.Context, onError func(error)) {
-	t := time.NewTicker(p.Duration / 3)
-	defer t.Stop()
-	for {
-		if err := p.Publish(ctx); err != nil && ctx.Err() == nil {
-			onError(err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // Resolver finds nodes' peer addresses from their Leases, caching each
 // for ttl: addresses change only when a daemon restarts with a new one,
 // and a failed dial makes the caller retry after the cache expires.

@@ -52,7 +52,7 @@ const (
 
 // FencedTaint is the taint of a node whose primaries were taken over
 // (adapters/kube/lostnode), tolerated by replica pods.
-const FencedTaint = "ferry.zfs.csi.io/fenced"
+const FencedTaint = ports.FencedTaint
 
 // Template is what every replica pod shares, from the deployment's
 // configuration (deploy/replica-template.yaml, a ConfigMap the daemon
