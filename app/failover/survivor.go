@@ -411,7 +411,6 @@ func (s *Survivor) liftOwnTaint(ctx context.Context, now time.Duration) error {
 	return nil
 }
 
-
 // localCopies reads, fresh, every local copy as the taint rule needs it:
 // its volume's state, and the newest replication snapshot the pool holds
 // of it (which a cut-off primary may not have reported).
