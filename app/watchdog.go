@@ -35,13 +35,14 @@ const DefaultWatchdogPoll = 200 * time.Millisecond
 // nothing), once its volume's deadline has passed or the permit has gone
 // (liveness.Watch), makes the volume's filesystem refuse writes on every
 // mount of it (ports.WriteLock: no mount is touched, so it reaches the
-// pods' mounts whatever mount namespace it runs in) and stops every
-// process holding it (ports.HolderStopper). While the deadline stays
-// passed it stops the holders again at every look (on zfs-fuse a file can
-// still be opened for appending on a read-only dataset). Once the permit
-// lets the primary write again it stops; the filesystem stays read-only
-// and the pods stopped until the node's guard lifts the lock and gives
-// them back, which its record (ports.FenceRecords) tells it to.
+// pods' mounts whatever mount namespace it runs in) and stops (SIGSTOP)
+// every process holding it (ports.HolderStopper). While the deadline stays
+// passed it stops new holders at every look (on zfs-fuse a file can still
+// be opened for appending on a read-only dataset). Once the permit lets
+// the primary write again the spell ends; the filesystem stays read-only
+// and the holders stopped until the node's guard finishes the fence
+// (kills them), lifts the lock and gives the pods back, which its record
+// (ports.FenceRecords) tells it to.
 type Watchdog struct {
 	cfg       WatchdogConfig
 	permit    ports.PermitReader
@@ -54,11 +55,12 @@ type Watchdog struct {
 	events    ports.EventRecorder
 	log       *zap.Logger
 
-	info     *ports.VolumeInfo // the volume's mount, read once
-	armed    bool              // a permit this watchdog understands was read (liveness.WatchVerdict.Armed)
-	fencing  atomic.Bool       // the deadline has passed and the volume was fenced
-	unread   string            // the last failure to read the permit logged
-	recorded string            // a record written in this fencing spell, still to write ("" when done)
+	info     *ports.VolumeInfo      // the volume's mount, read once
+	armed    bool                   // a permit this watchdog understands was read (liveness.WatchVerdict.Armed)
+	fencing  atomic.Bool            // the deadline has passed and the volume was fenced
+	unread   string                 // the last failure to read the permit logged
+	recorded string                 // a record written in this fencing spell, still to write ("" when done)
+	held     []ports.StoppedProcess // stopped by a fence not yet told (its lock failed)
 }
 
 // NewWatchdog returns the watchdog of cfg.Volume's replica on cfg.Node;
@@ -149,24 +151,33 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		points = append([]string{w.info.MountPath}, points...)
 	}
 	fencing := w.fencing.Load()
+	// First the holders, stopped (a scan of /proc, some signals): the
+	// lock takes zfs commands, which a loaded node may run slowly, and
+	// the deadline leaves 1.5 margins before a survivor may take over.
+	stopped, err := w.stopper.StopHolders(ctx, points)
+	w.held = append(w.held, stopped...) // stopped before a failed lock are told with the fence
+	if err != nil {
+		return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
+	}
+	stopped = w.held
+	w.held = nil
 	if !fencing {
-		// First the lock: a holder stopped then cannot write on restarting.
+		// Then the lock, against a process that opens the volume later
+		// (on OpenZFS every write fails then; on zfs-fuse the next
+		// looks stop it).
 		err := w.lock.LockWrites(ctx, w.cfg.Volume, "fenced by its volume manager's watchdog: "+reason)
 		if errors.Is(err, ports.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
+			w.held = stopped
 			return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 		}
-	}
-	stopped, err := w.stopper.StopHolders(ctx, points)
-	if err != nil {
-		return fmt.Errorf("fence %s: %w", w.cfg.Volume, err)
 	}
 	if !fencing {
 		w.log.Warn("the node's write permit ran out: primary fenced by its volume manager (read-only, holders stopped)", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 		w.fencing.Store(true)
-		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped %v; the daemon makes it writable again and restarts the pods once the primary may write again",
+		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped (SIGSTOP) %v; the daemon kills them, makes it writable again and restarts the pods once the primary may write again",
 			w.cfg.Node, reason, len(stopped), stopped)
 		w.events.Record(ctx, w.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
 		// Always recorded, stopped or not: the daemon lifts the lock.

@@ -25,15 +25,19 @@ type WriteLock interface {
 
 // HolderStopper stops the processes holding a volume's filesystem and
 // changes no mount: the watchdog's part of a fence, after its WriteLock
-// (Fencer, the daemon's, also unmounts and covers the pods' targets, which
-// only a process in the node's mount namespace can do).
+// (Fencer, the daemon's, kills them and also unmounts and covers the pods'
+// targets, which only a process in the node's mount namespace can do).
 type HolderStopper interface {
-	// StopHolders kills every process that holds a file descriptor,
-	// working directory, root or memory mapping on a filesystem mounted
-	// at any of points (as this process's mount table shows it; every
-	// mount of a filesystem shares its device, whatever the namespace),
-	// scanning again until a scan finds none. It never stops its own
-	// process or pid 1. Nothing mounted, or nothing holding it, is
+	// StopHolders stops (SIGSTOP) every process that holds a file
+	// descriptor, working directory, root or memory mapping on a
+	// filesystem mounted at any of points (as this process's mount table
+	// shows it; every mount of a filesystem shares its device, whatever
+	// the namespace), scanning again until a scan finds none still
+	// running. Stopped, not killed: the kubelet restarts a container whose
+	// process was killed, and on zfs-fuse the new one could append to the
+	// read-only dataset; a stopped one stays, writing nothing, until the
+	// daemon's fence kills it or its pod is restarted. It never stops its
+	// own process or pid 1. Nothing mounted, or nothing holding it, is
 	// success. It returns the processes it stopped.
 	StopHolders(ctx context.Context, points []string) ([]StoppedProcess, error)
 }

@@ -128,9 +128,10 @@ func (f *Fencer) Fence(ctx context.Context, points []string, keep string) ([]por
 	return s.stopped, nil
 }
 
-// StopHolders kills every process holding the filesystems mounted at
-// points, scanning again until a scan finds none, and changes no mount;
-// see ports.HolderStopper. Points are checked as by Fence.
+// StopHolders stops (SIGSTOP) every process holding the filesystems
+// mounted at points, scanning again until a scan finds none that is not
+// stopped yet, and changes no mount; see ports.HolderStopper. Points are
+// checked as by Fence.
 func (f *Fencer) StopHolders(ctx context.Context, points []string) ([]ports.StoppedProcess, error) {
 	for _, p := range points {
 		if err := checkPath(p); err != nil {
@@ -145,8 +146,8 @@ func (f *Fencer) StopHolders(ctx context.Context, points []string) ([]ports.Stop
 	if err != nil || len(devs) == 0 {
 		return nil, err // nothing mounted: nothing to stop
 	}
-	s := &scan{Fencer: f, self: self, devs: devs, reported: map[int]string{}}
-	s.match = s.holds
+	s := &scan{Fencer: f, self: self, devs: devs, reported: map[int]string{}, signal: unix.SIGSTOP}
+	s.match = func(pid int) bool { return !s.halted(pid) && s.holds(pid) }
 	err = s.stopWriters(ctx)
 	return s.stopped, err
 }
@@ -327,6 +328,11 @@ type scan struct {
 	match    func(pid int) bool // what a round kills: s.holds, then s.foreign
 	stopped  []ports.StoppedProcess
 	reported map[int]string // pid → command, each reported once
+	// signal is what a round sends: SIGKILL (the zero value), or SIGSTOP
+	// (StopHolders), after which a round waits for the processes to be
+	// stopped instead of gone.
+	signal unix.Signal
+	round  []int // the pids signalled in the current round
 }
 
 // stopWriters kills every writer, scanning again until a scan finds
@@ -336,11 +342,16 @@ func (s *scan) stopWriters(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
+		s.round = s.round[:0]
 		killed, err := s.killRound()
 		if err != nil || len(killed) == 0 {
 			return err
 		}
-		err = s.waitExited(ctx, killed)
+		if s.signal == unix.SIGSTOP {
+			err = s.waitHalted(ctx)
+		} else {
+			err = s.waitExited(ctx, killed)
+		}
 		for _, fd := range killed {
 			unix.Close(fd)
 		}
@@ -402,7 +413,11 @@ func (s *scan) kill(pid int) (int, error) {
 		return -1, nil
 	}
 	comm := s.comm(pid)
-	switch err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); {
+	sig := s.signal
+	if sig == 0 {
+		sig = unix.SIGKILL
+	}
+	switch err := unix.PidfdSendSignal(fd, sig, nil, 0); {
 	case errors.Is(err, unix.ESRCH):
 		unix.Close(fd)
 		return -1, nil // exited meanwhile
@@ -410,6 +425,7 @@ func (s *scan) kill(pid int) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("fence: kill %d (%s): %w", pid, comm, err)
 	}
+	s.round = append(s.round, pid)
 	if c, ok := s.reported[pid]; !ok || c != comm {
 		s.reported[pid] = comm
 		s.stopped = append(s.stopped, ports.StoppedProcess{PID: pid, Command: comm})
@@ -450,6 +466,44 @@ func (s *scan) waitExited(ctx context.Context, pidfds []int) error {
 		fds = live
 	}
 	return nil // the next scan finds what still holds the filesystem
+}
+
+// halted reports whether pid is stopped (by a signal or a tracer), as
+// /proc/PID/stat's state says; a process gone is not.
+func (s *scan) halted(pid int) bool {
+	b, err := os.ReadFile(filepath.Join(s.opts.Proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st == 'T' || st == 't'
+}
+
+// waitHalted waits until every process signalled this round is stopped
+// or gone (up to Wait); the next scan finds one that is neither.
+func (s *scan) waitHalted(ctx context.Context) error {
+	deadline := time.Now().Add(s.opts.Wait)
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("fence: %w", err)
+		}
+		running := false
+		for _, pid := range s.round {
+			if _, err := os.Stat(filepath.Join(s.opts.Proc, strconv.Itoa(pid))); err == nil && !s.halted(pid) {
+				running = true
+				break
+			}
+		}
+		if !running {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }
 
 // holds reports whether pid's working directory, root, executable, a

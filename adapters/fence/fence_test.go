@@ -459,9 +459,22 @@ func BenchmarkFenceScansTheNode(b *testing.B) {
 	}
 }
 
-// StopHolders stops the processes holding the volume (through a pod's
-// bind mount too: it shares the volume's device) and nobody else, and
-// leaves every mount as it was: the watchdog's part of a fence.
+// stoppedState reports whether pid is stopped (SIGSTOP).
+func stoppedState(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+}
+
+// StopHolders stops (SIGSTOP, not SIGKILL: a container killed is
+// restarted, and on zfs-fuse could append again) the processes holding
+// the volume, through a pod's bind mount too (it shares the volume's
+// device), and nobody else, and leaves every mount as it was: the
+// watchdog's part of a fence. Again, it finds nothing new. The daemon's
+// fence then kills a stopped holder.
 func TestStopHoldersStopsTheVolumesHoldersAndChangesNoMount(t *testing.T) {
 	needRoot(t)
 	tmp := t.TempDir()
@@ -481,11 +494,18 @@ func TestStopHoldersStopsTheVolumesHoldersAndChangesNoMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder.killed(t, "the holder")
 	if _, ok := pids(stopped)[holder.pid]; !ok {
 		t.Errorf("stopped %+v, want the holder %d among them", stopped, holder.pid)
 	}
-	if !bystander.alive() {
+	if !stoppedState(holder.pid) || !holder.alive() {
+		t.Fatalf("the holder %d is not stopped (alive %v)", holder.pid, holder.alive())
+	}
+	was := size(t, filepath.Join(vol, "f"))
+	time.Sleep(300 * time.Millisecond) // six of its writes' intervals
+	if now := size(t, filepath.Join(vol, "f")); now != was {
+		t.Fatalf("the stopped holder wrote on: %d to %d bytes", was, now)
+	}
+	if !bystander.alive() || stoppedState(bystander.pid) {
 		t.Error("the bystander was stopped")
 	}
 	if !isMount(t, vol) || !isMount(t, target) || mountSource(t, target) == ports.FencedMountSource {
@@ -497,4 +517,9 @@ func TestStopHoldersStopsTheVolumesHoldersAndChangesNoMount(t *testing.T) {
 	if _, err := f.StopHolders(context.Background(), []string{"relative"}); !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a relative point: %v, want ErrInvalid", err)
 	}
+	// The daemon's fence kills what the watchdog stopped.
+	if _, err := f.Fence(context.Background(), []string{vol, target}, vol); err != nil {
+		t.Fatal(err)
+	}
+	holder.killed(t, "the stopped holder")
 }

@@ -576,6 +576,9 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 				continue
 			}
 		}
+		if err == nil && v.FinishFence {
+			err = g.finishWatchdogFence(ctx, id)
+		}
 		if err == nil && v.Unlock && g.lock != nil {
 			// A watchdog's fence left the filesystem read-only.
 			if err = g.lock.UnlockWrites(ctx, id); errors.Is(err, ports.ErrNotFound) {
@@ -602,6 +605,31 @@ func (g *Guard) giveBackPods(ctx context.Context) time.Duration {
 			Message: fmt.Sprintf("the fence of the copy on %s ended (%s; it was fenced because %s); its pods here %v were deleted so that their controllers start them again on the volume (a pod no controller owns must be restarted by hand: it sees an empty read-only directory)", g.cfg.Node, v.Reason, f.Reason, pods)})
 	}
 	return next
+}
+
+// finishWatchdogFence finishes a volume manager's watchdog's fence of id
+// before its pods are restarted: the processes it stopped (SIGSTOP) are
+// killed and the pods' targets covered, as the guard's own fence does.
+func (g *Guard) finishWatchdogFence(ctx context.Context, id volume.ID) error {
+	info, err := g.store.GetVolume(ctx, id)
+	if errors.Is(err, ports.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	points, err := g.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return err
+	}
+	stopped, err := g.fencer.Fence(ctx, points, info.MountPath)
+	if err != nil {
+		return err
+	}
+	if len(stopped) > 0 {
+		g.log.Info("the processes a watchdog stopped were killed before the pods restart", zap.String("volume", string(id)), zap.Any("killed", stopped))
+	}
+	return nil
 }
 
 // clearRecord removes the watchdog's record of id that takeRecords took

@@ -188,9 +188,15 @@ func TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs(t *testing.T) {
 			box := &permitBox{}
 			_ = box.Record("rep", "the deadline passed")
 			eff := mocks.NewMockFailoverEffects(ctrl)
-			eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/reader-0"}, nil).Times(1)
+			fencer := mocks.NewMockFencer(ctrl)
+			// The watchdog stopped the holders: the guard's fence kills
+			// them before the pods restart.
+			gomock.InOrder(
+				fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep"}, "/p/rep").Return(nil, nil).Times(1),
+				eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/reader-0"}, nil).Times(1),
+			)
 			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
-				mounts, mocks.NewMockFencer(ctrl), eff, nopEvents{}, zap.NewNop())
+				mounts, fencer, eff, nopEvents{}, zap.NewNop())
 			g.PublishPermits(box, box, nil)
 			if err := g.RenewOnce(ctx); err != nil {
 				t.Fatal(err)

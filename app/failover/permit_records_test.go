@@ -127,7 +127,12 @@ func TestAWatchdogsRecordOfAVolumeTheGuardFencedAndWasTakenOverGoes(t *testing.T
 	if err := w.g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil).Times(1)
+	gomock.InOrder(
+		// The watchdog's fence finished (its stopped holders killed)
+		// before the pods restart.
+		w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1),
+		w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil).Times(1),
+	)
 	for range 3 {
 		w.g.Check(ctx) // once: a second EvictPods fails the mock, an UnlockWrites too (b is the primary: a's copy stays locked)
 	}

@@ -240,8 +240,9 @@ func TestTheGuardGivesBackThePodsOfAVolumeItsWatchdogFenced(t *testing.T) {
 	vols.Saw(primaryState("rep", "a", "b"))
 	eff := mocks.NewMockFailoverEffects(ctrl)
 	box := &permitBox{}
+	mounts, fencer := mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl)
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
-		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), eff, nopEvents{}, zap.NewNop())
+		mounts, fencer, eff, nopEvents{}, zap.NewNop())
 	g.PublishPermits(box, box, nil)
 	// The daemon was down: the watchdog fenced rep and recorded it. The
 	// new daemon cannot renew yet: nothing is given back.
@@ -260,7 +261,15 @@ func TestTheGuardGivesBackThePodsOfAVolumeItsWatchdogFenced(t *testing.T) {
 	if err := g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil)
+	// The watchdog stopped the holders and left the mounts: the guard's
+	// fence finishes it before the pods restart.
+	info := ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(info, nil)
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/pods/x/mount"}, nil)
+	gomock.InOrder(
+		fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep", "/pods/x/mount"}, "/p/rep").Return([]ports.StoppedProcess{{PID: 7, Command: "app"}}, nil),
+		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil),
+	)
 	g.Check(ctx)
 	if got, _ := box.Recorded(); len(got) != 0 {
 		t.Fatalf("records left: %v", got)

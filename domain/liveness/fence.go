@@ -296,7 +296,13 @@ type GiveBackVerdict struct {
 	// node is still the volume's active primary. Any other copy stays
 	// locked until a read/write publish makes it the writer again.
 	Unlock bool
-	Reason string
+	// FinishFence: the fence was a watchdog's, which stops (SIGSTOP) the
+	// holders and leaves the mounts: the daemon's own fence finishes it
+	// (the stopped processes killed, the pods' targets covered) before
+	// the pods are restarted, or their deletion would wait out the grace
+	// period of processes that cannot hear SIGTERM.
+	FinishFence bool
+	Reason      string
 }
 
 // GiveBackPods judges a copy whose fence f ended (GiveBack): its pods
@@ -311,11 +317,11 @@ func GiveBackPods(f Fence, r Resumed) GiveBackVerdict {
 	case r == ResumedGone:
 		return GiveBackVerdict{Reason: "the volume is gone"}
 	case r == ResumedPrimary:
-		return GiveBackVerdict{Restart: true, Unlock: true, Reason: "still the active primary, resumed"}
+		return GiveBackVerdict{Restart: true, Unlock: true, FinishFence: f.Watchdog, Reason: "still the active primary, resumed"}
 	case f.Unknown:
 		return GiveBackVerdict{Restart: true, Reason: "fenced unknown: its pods go back whoever the primary is"}
 	case f.Watchdog:
-		return GiveBackVerdict{Restart: true, Reason: "fenced by its watchdog, which may have been a secondary's: its pods go back whoever the primary is"}
+		return GiveBackVerdict{Restart: true, FinishFence: true, Reason: "fenced by its watchdog, which may have been a secondary's: its pods go back whoever the primary is"}
 	}
 	return GiveBackVerdict{Reason: "no longer the active primary: taken over, its pods are the survivor's to move"}
 }

@@ -128,19 +128,20 @@ func TestPodsGivenBackAreRestartedOnlyWhileTheNodeIsStillThePrimaryOrTheCopyWasF
 		r       Resumed
 		restart bool
 		unlock  bool // a watchdog's write lock lifted: only on the primary
+		finish  bool // a watchdog's fence finished by the daemon's before the restart
 	}{
-		{"still the primary, resumed: restarted", byTerm, ResumedPrimary, true, true},
-		{"taken over meanwhile: left to the survivor", byTerm, ResumedNotPrimary, false, false},
-		{"volume gone: nothing", byTerm, ResumedGone, false, false},
-		{"fenced unknown, a secondary's copy: restarted", unknown, ResumedNotPrimary, true, false},
-		{"fenced unknown, the primary's: restarted", unknown, ResumedPrimary, true, true},
-		{"fenced unknown, volume gone: nothing", unknown, ResumedGone, false, false},
-		{"fenced by its watchdog, a secondary's copy: restarted", watchdog, ResumedNotPrimary, true, false},
-		{"fenced by its watchdog, the primary's: restarted", watchdog, ResumedPrimary, true, true},
-		{"fenced by its watchdog, volume gone: nothing", watchdog, ResumedGone, false, false},
+		{"still the primary, resumed: restarted", byTerm, ResumedPrimary, true, true, false},
+		{"taken over meanwhile: left to the survivor", byTerm, ResumedNotPrimary, false, false, false},
+		{"volume gone: nothing", byTerm, ResumedGone, false, false, false},
+		{"fenced unknown, a secondary's copy: restarted", unknown, ResumedNotPrimary, true, false, false},
+		{"fenced unknown, the primary's: restarted", unknown, ResumedPrimary, true, true, false},
+		{"fenced unknown, volume gone: nothing", unknown, ResumedGone, false, false, false},
+		{"fenced by its watchdog, a secondary's copy: restarted", watchdog, ResumedNotPrimary, true, false, true},
+		{"fenced by its watchdog, the primary's: restarted", watchdog, ResumedPrimary, true, true, true},
+		{"fenced by its watchdog, volume gone: nothing", watchdog, ResumedGone, false, false, false},
 	}
 	for _, c := range cases {
-		if v := GiveBackPods(c.f, c.r); v.Restart != c.restart || v.Unlock != c.unlock || v.Reason == "" {
+		if v := GiveBackPods(c.f, c.r); v.Restart != c.restart || v.Unlock != c.unlock || v.FinishFence != c.finish || v.Reason == "" {
 			t.Errorf("%s: %+v", c.name, v)
 		}
 	}
