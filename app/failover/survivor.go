@@ -21,8 +21,10 @@ import (
 // which may be on the lost node. The takeover itself is a compare-and-swap
 // (replica.Takeover: epoch + 1, refused when another replica is newer), so
 // two survivors deciding at once cannot both win; then the lost node's
-// placement of the volume is removed, the node tainted, and its pods that
-// use the volume force-deleted so their controller recreates them here.
+// placement of the volume is removed, the node tainted, its replica pods
+// of the volume force-deleted (the workload counted them as running), and
+// its pods that use the volume too, so their controller recreates them
+// here.
 type Survivor struct {
 	cfg     Config
 	clock   Clock
@@ -313,8 +315,8 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before rep
 
 // effectsOwed carries out, for every takeover made, what the lost node
 // still owes (liveness.Aftermath.Steps): no placement there, the taint,
-// its pods deleted. Each step is idempotent; a failed one is retried at
-// the next Step.
+// its replica pods and then its pods using the volume deleted. Each step
+// is idempotent; a failed one is retried at the next Step.
 func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Lock()
 	todo := make(map[liveness.Owed]liveness.Aftermath, len(s.pending))
