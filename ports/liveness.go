@@ -48,6 +48,12 @@ type FailoverEffects interface {
 	// owned by a controller, which recreates them elsewhere; a pod nobody
 	// owns is left alone. It returns the pods deleted, as namespace/name.
 	EvictPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error)
+	// RemoveReplicaPods force-deletes (grace 0, with the pod's UID as a
+	// precondition) volume id's replica pods bound to node, in its
+	// ReplicaSet or outside it (the primary's): the volume's workload then
+	// counts them no more, and its ReplicaSet replaces its own. It returns
+	// the pods deleted, as namespace/name.
+	RemoveReplicaPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error)
 	// OutOfService lists the nodes an administrator declared shut down
 	// (Kubernetes: the node.kubernetes.io/out-of-service taint of
 	// non-graceful node shutdown): they are taken for lost at once.

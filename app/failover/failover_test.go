@@ -149,8 +149,9 @@ func (l *leaseMap) renew(n replica.Node, v string) {
 
 // Node a, primary of a volume copied on b and c, stops renewing. Both
 // survivors observe it; only b, the successor, takes over (epoch + 1), and
-// then removes a's placement, taints a and deletes a's pods, in that
-// order. c, deciding on the same view, changes nothing.
+// then removes a's placement, taints a, deletes a's replica pods of the
+// volume and then its pods using it, in that order. c, deciding on the
+// same view, changes nothing.
 func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	cluster := fakecluster.New()
@@ -197,6 +198,7 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 	gomock.InOrder(
 		effB.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
 		effB.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		effB.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return([]string{"ferry-system/ferry-v-1a2b3c4d"}, nil),
 		effB.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return([]string{"ns/app-0"}, nil),
 	)
 	step(5500 * time.Millisecond)
@@ -339,6 +341,7 @@ func TestASurvivorRestartedAfterItsTakeoverStillCarriesOutTheEffects(t *testing.
 	gomock.InOrder(
 		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
 		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 	)
 	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())

@@ -53,6 +53,7 @@ func TestANodeDeclaredOutOfServiceIsTakenOverAtOnce(t *testing.T) {
 	gomock.InOrder(
 		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
 		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 	)
 	clock.set(1500 * time.Millisecond)
@@ -109,6 +110,7 @@ func TestAConfiguredNodeFenceRunsBeforeTheTakeoverAndHoldsItBackWhenItFails(t *t
 	gomock.InOrder(
 		eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil),
 		eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil),
+		eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 		eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil),
 	)
 	runs := len(fenced)

@@ -21,8 +21,10 @@ import (
 // which may be on the lost node. The takeover itself is a compare-and-swap
 // (replica.Takeover: epoch + 1, refused when another replica is newer), so
 // two survivors deciding at once cannot both win; then the lost node's
-// placement of the volume is removed, the node tainted, and its pods that
-// use the volume force-deleted so their controller recreates them here.
+// placement of the volume is removed, the node tainted, its replica pods
+// of the volume force-deleted (the workload counted them as running), and
+// its pods that use the volume too, so their controller recreates them
+// here.
 type Survivor struct {
 	cfg     Config
 	clock   Clock
@@ -313,8 +315,8 @@ func (s *Survivor) takeOver(ctx context.Context, t liveness.Takeover, before rep
 
 // effectsOwed carries out, for every takeover made, what the lost node
 // still owes (liveness.Aftermath.Steps): no placement there, the taint,
-// its pods deleted. Each step is idempotent; a failed one is retried at
-// the next Step.
+// its replica pods and then its pods using the volume deleted. Each step
+// is idempotent; a failed one is retried at the next Step.
 func (s *Survivor) effectsOwed(ctx context.Context) error {
 	s.mu.Lock()
 	todo := make(map[liveness.Owed]liveness.Aftermath, len(s.pending))
@@ -325,7 +327,7 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 	var errs []error
 	for o, owe := range todo {
 		id, n := o.Volume, o.Node
-		var pods []string
+		var pods, replicas []string
 		var err error
 		for _, step := range owe.Steps() {
 			switch step {
@@ -333,12 +335,20 @@ func (s *Survivor) effectsOwed(ctx context.Context) error {
 				err = s.effects.Unplace(ctx, n, id)
 			case liveness.TaintNode:
 				err = s.effects.Taint(ctx, n, true)
+			case liveness.RemoveReplicaPods:
+				replicas, err = s.effects.RemoveReplicaPods(ctx, n, id)
 			case liveness.EvictPods:
 				pods, err = s.effects.EvictPods(ctx, n, id)
 			}
 			if err != nil {
 				break
 			}
+		}
+		if len(replicas) > 0 {
+			// Logged even when a later step failed: they are gone.
+			s.log.Warn("force-deleted the lost node's replica pods of a volume", zap.String("volume", string(id)), zap.String("lost", string(n)), zap.Strings("pods", replicas))
+			s.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "ReplicaPodsRemoved",
+				Message: fmt.Sprintf("force-deleted %v, the volume's replica pods on lost node %s: counted as running they would hold the ReplicaSet's places; it replaces its own where there is room, and %s's copy, when the node returns, leaves if surplus (its fenced writes kept aside first) or gets its pod again", replicas, n, n)})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("after taking %s over from %s: %w", id, n, err))

@@ -46,11 +46,13 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 	states := rvstate.New(dyn, nil)
 	labeler := orchestration.NewLabeler(node, store, states, nodelabels.New(kube), log.Named("placement"))
 	var adopter *orchestration.Adopter
+	replicas := "" // the replica pods' namespace: none without a template
 	if o.ReplicaTemplate != "" {
 		tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
 		if err != nil {
 			return err
 		}
+		replicas = tpl.Namespace
 		leave := func(ctx context.Context, id volume.ID) error {
 			return app.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
 		}
@@ -70,7 +72,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 	if takers != nil {
 		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
 		pub.Duration = o.LeaseDuration
-		effects := lostnode.New(kube, o.DriverName)
+		effects := lostnode.New(kube, o.DriverName, replicas)
 		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
 			effects, events, log.Named("survivor"))

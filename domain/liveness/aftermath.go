@@ -22,7 +22,8 @@ import (
 //     (nothing to retry) rather than failed;
 //   - AftermathOf, OwedOnLoss and Aftermath.Steps: what the lost node still
 //     owes for the volume (its placement label gone, the node tainted, its
-//     pods deleted), whoever took over and whenever.
+//     replica pods and then its pods using the volume deleted), whoever
+//     took over and whenever.
 
 // FenceNodeFirst says whether the survivor fences t's lost node from
 // outside before taking the volume over: only where a node fence is
@@ -81,11 +82,13 @@ const (
 	// again, its copy there resyncing only then).
 	UnplaceOnly
 	// UnplaceTaintEvict: the placement label goes, the node is tainted,
-	// its pods using the volume are deleted (an active primary taken
-	// over: its pods are recreated elsewhere), in that order: a pod
-	// recreated at once must not land on the node again (the volume's
-	// PersistentVolume keeps the node it was provisioned on as a term of
-	// its node affinity, so only the taint keeps the scheduler off it).
+	// its replica pods of the volume and then its pods using the volume
+	// are deleted (an active primary taken over: its pods are recreated
+	// elsewhere), in that order: a pod recreated at once must not land on
+	// the node again (the volume's PersistentVolume keeps the node it was
+	// provisioned on as a term of its node affinity, so only the taint
+	// keeps the scheduler off it). Also owed, by the active primary's
+	// daemon, for a lost node holding a secondary (OwedOnLoss).
 	UnplaceTaintEvict
 )
 
@@ -100,16 +103,39 @@ const (
 	// EvictPods: force-delete the node's pods using the volume that a
 	// controller owns.
 	EvictPods
+	// RemoveReplicaPods: force-delete the node's replica pods of the
+	// volume, in its ReplicaSet or outside it (the volume manager of a
+	// primary whose term was taken over). Before EvictPods: see Steps.
+	RemoveReplicaPods
 )
 
 // Steps are a's effects in the order they are carried out; each is
 // idempotent, and a failed one stops the rest until the next attempt.
+//
+// After a takeover the lost node keeps no replica pod of the volume. The
+// API server keeps a pod whose kubelet cannot confirm its end (about five
+// minutes, until the node controller evicts it, or until the node
+// returns), and until then the volume's workload counts it: its
+// ReplicaSet as one of its secondaries running, the primary's sizer
+// (placement.DesiredAround) as a pod outside the ReplicaSet when it is an
+// ended term's primary's. Counted, it holds a place no copy fills: the
+// sizer shrinks the ReplicaSet below the copies live nodes run, the
+// ReplicaSet controller deletes the newest pod, a live node's (it ranks
+// pods by their own readiness and age, never by their node's), and that
+// node's adoption starts it again, at every placement period. Deleted, it
+// is replaced by the ReplicaSet where the scheduler finds room, and the
+// lost node's copy, back, is adopted like any copy without a pod: it
+// leaves when surplus (placement.Adopt; a fenced term's writes kept aside
+// first) or gets its pod again. The replica pods go before the pods using
+// the volume: those are recreated on the new primary's node, whose
+// publish sizes the workload, which must not count the lost node's
+// anymore by then.
 func (a Aftermath) Steps() []AftermathStep {
 	switch a {
 	case UnplaceOnly:
 		return []AftermathStep{Unplace}
 	case UnplaceTaintEvict:
-		return []AftermathStep{Unplace, TaintNode, EvictPods}
+		return []AftermathStep{Unplace, TaintNode, RemoveReplicaPods, EvictPods}
 	}
 	return nil
 }

@@ -92,8 +92,8 @@ func TestALostNodeOwesEveryEffectAfterATakeoverAndOnlyItsPlacementAfterAReleased
 	if all != UnplaceTaintEvict || released != UnplaceOnly {
 		t.Fatalf("aftermath of a takeover %d, of a released one %d", all, released)
 	}
-	if got := all.Steps(); !slices.Equal(got, []AftermathStep{Unplace, TaintNode, EvictPods}) {
-		t.Errorf("steps after a takeover %v: the label and the taint before the pods go", got)
+	if got := all.Steps(); !slices.Equal(got, []AftermathStep{Unplace, TaintNode, RemoveReplicaPods, EvictPods}) {
+		t.Errorf("steps after a takeover %v: the label and the taint before the pods go, the replica pods first", got)
 	}
 	if got := released.Steps(); !slices.Equal(got, []AftermathStep{Unplace}) {
 		t.Errorf("steps after a released takeover %v", got)
@@ -110,6 +110,37 @@ func TestALostNodeOwesEveryEffectAfterATakeoverAndOnlyItsPlacementAfterAReleased
 	} {
 		if got := c[0].With(c[1]); got != c[2] {
 			t.Errorf("%d with %d: %d, want %d", c[0], c[1], got, c[2])
+		}
+	}
+}
+
+// A pod on a lost node stays in the API server (its kubelet confirms
+// nothing) and the volume's workload counts it: the ReplicaSet as a
+// secondary running, the sizer as a pod outside the ReplicaSet. Where
+// the lost node's pods are deleted for their controllers to start them
+// elsewhere, its replica pods go first, after the taint: the pods using
+// the volume come back on the new primary's node, whose publish sizes the
+// workload, which must count the lost node's no more by then.
+func TestALostNodesReplicaPodsGoAfterTheTaintAndBeforeItsPodsUsingTheVolume(t *testing.T) {
+	cases := []struct {
+		name    string
+		owed    Aftermath
+		removed bool
+	}{
+		{"an active primary taken over: its pod outside the ReplicaSet, of a term that ended", AftermathOf(Takeover{Lost: "a"}), true},
+		{"a secondary's node lost under an active primary (OwedOnLoss): its pod in the ReplicaSet", NothingOwed.With(UnplaceTaintEvict), true},
+		{"a released primary taken over: nothing recreated, the node untainted, its pod stays", AftermathOf(Takeover{Lost: "a", Released: true}), false},
+		{"nothing owed", NothingOwed, false},
+	}
+	for _, c := range cases {
+		steps := c.owed.Steps()
+		at := slices.Index(steps, RemoveReplicaPods)
+		if (at >= 0) != c.removed {
+			t.Errorf("%s: steps %v, replica pods removed %v, want %v", c.name, steps, at >= 0, c.removed)
+			continue
+		}
+		if c.removed && !(slices.Index(steps, TaintNode) < at && at < slices.Index(steps, EvictPods)) {
+			t.Errorf("%s: steps %v: the replica pods go after the taint and before the pods using the volume", c.name, steps)
 		}
 	}
 }

@@ -51,6 +51,9 @@ func Desired(s replica.State) Objects { return DesiredAround(s, 0) }
 // ReplicaSet runs the rest of the replication factor, so that a handover
 // neither adds a replica nor takes one; the active primary counts as
 // outside even while its pod is missing (its daemon starts it outside).
+// outside counts pods as the cluster keeps them: a pod on a lost node
+// would count as well, which is why a takeover deletes the lost node's
+// replica pods first (liveness.Aftermath.Steps).
 func DesiredAround(s replica.State, outside int) Objects {
 	if s.Deleting {
 		o := s

@@ -1062,6 +1062,21 @@ func (mr *MockFailoverEffectsMockRecorder) OutOfService(ctx any) *gomock.Call {
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "OutOfService", reflect.TypeOf((*MockFailoverEffects)(nil).OutOfService), ctx)
 }
 
+// RemoveReplicaPods mocks base method.
+func (m *MockFailoverEffects) RemoveReplicaPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error) {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "RemoveReplicaPods", ctx, node, id)
+	ret0, _ := ret[0].([]string)
+	ret1, _ := ret[1].(error)
+	return ret0, ret1
+}
+
+// RemoveReplicaPods indicates an expected call of RemoveReplicaPods.
+func (mr *MockFailoverEffectsMockRecorder) RemoveReplicaPods(ctx, node, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "RemoveReplicaPods", reflect.TypeOf((*MockFailoverEffects)(nil).RemoveReplicaPods), ctx, node, id)
+}
+
 // Taint mocks base method.
 func (m *MockFailoverEffects) Taint(ctx context.Context, node replica.Node, on bool) error {
 	m.ctrl.T.Helper()

@@ -90,7 +90,7 @@ func TestTheNodeDaemonMayChangeOnlyFerrysPlacementLabels(t *testing.T) {
 	}
 	// The fenced taint, as the daemon's lostnode adapter sets and lifts
 	// it: the other taints (the API server's not-ready one) stay.
-	effects := lostnode.New(daemon, "ferry.zfs.csi.io")
+	effects := lostnode.New(daemon, "ferry.zfs.csi.io", "")
 	if err := effects.Taint(ctx, "node-a", true); err != nil {
 		t.Errorf("taint the node fenced: %v", err)
 	}

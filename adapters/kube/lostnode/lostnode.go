@@ -2,10 +2,11 @@
 // surviving daemon does to a node whose volumes it took over. It removes
 // the node's placement label of the volume (a JSON merge patch naming that
 // one label), taints the node ferry.zfs.csi.io/fenced:NoSchedule, and
-// force-deletes the node's pods that use the volume and have a
-// controller (grace 0, the pod's UID as a precondition), so that the
-// controller recreates them where the volume now lives. deploy's admission
-// policy lets the daemon's ServiceAccount change nothing else on a node.
+// force-deletes the node's replica pods of the volume (in Ferry's
+// namespace) and then its pods that use the volume and have a controller
+// (grace 0, the pod's UID as a precondition), so that their controllers
+// recreate them where the volume now lives. deploy's admission policy lets
+// the daemon's ServiceAccount change nothing else on a node.
 package lostnode
 
 import (
@@ -33,13 +34,17 @@ const TaintKey = ports.FencedTaint
 type Effects struct {
 	client kubernetes.Interface
 	driver string
+	// replicas is the namespace of the volumes' replica pods ("": none
+	// run, replication is off).
+	replicas string
 }
 
 var _ ports.FailoverEffects = (*Effects)(nil)
 
-// New returns the effects of driver's takeovers.
-func New(client kubernetes.Interface, driver string) *Effects {
-	return &Effects{client: client, driver: driver}
+// New returns the effects of driver's takeovers; the volumes' replica
+// pods run in namespace replicas ("" when replication is off).
+func New(client kubernetes.Interface, driver, replicas string) *Effects {
+	return &Effects{client: client, driver: driver, replicas: replicas}
 }
 
 // Unplace removes node's placement label of id.
@@ -150,19 +155,61 @@ func (e *Effects) EvictPods(ctx context.Context, node replica.Node, id volume.ID
 		if p.Spec.NodeName != string(node) || !usesClaim(p, claim) || metav1.GetControllerOf(&p) == nil {
 			continue
 		}
-		zero := int64(0)
-		uid := p.UID
-		err := e.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
-		switch {
-		case err == nil:
+		ok, err := e.forceDelete(ctx, ns, p)
+		if err != nil {
+			return deleted, fmt.Errorf("on node %s: %w", node, err)
+		}
+		if ok {
 			deleted = append(deleted, ns+"/"+p.Name)
-		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-			// Gone already, or another pod of that name: not ours to delete.
-		default:
-			return deleted, fmt.Errorf("force-delete pod %s/%s on node %s: %w", ns, p.Name, node, err)
 		}
 	}
 	return deleted, nil
+}
+
+// RemoveReplicaPods force-deletes node's replica pods of id: the pods in
+// the replica namespace carrying the volume's label (the ReplicaSet's and
+// the one outside it alike).
+func (e *Effects) RemoveReplicaPods(ctx context.Context, node replica.Node, id volume.ID) ([]string, error) {
+	if e.replicas == "" {
+		return nil, nil
+	}
+	pods, err := e.client.CoreV1().Pods(e.replicas).List(ctx, metav1.ListOptions{
+		LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(id),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", string(node)).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the replica pods of volume %s on node %s: %w", id, node, err)
+	}
+	var deleted []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != string(node) || p.Labels[rvapi.LabelVolume] != rvapi.Hash(id) {
+			continue
+		}
+		ok, err := e.forceDelete(ctx, e.replicas, p)
+		if err != nil {
+			return deleted, fmt.Errorf("replica pod of volume %s on node %s: %w", id, node, err)
+		}
+		if ok {
+			deleted = append(deleted, e.replicas+"/"+p.Name)
+		}
+	}
+	return deleted, nil
+}
+
+// forceDelete deletes pod p of namespace ns at once (grace 0), only if it
+// is still the pod listed (its UID as a precondition); false when it is
+// gone already or another pod took its name.
+func (e *Effects) forceDelete(ctx context.Context, ns string, p corev1.Pod) (bool, error) {
+	zero := int64(0)
+	uid := p.UID
+	err := e.client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return false, nil // not ours to delete
+	}
+	return false, fmt.Errorf("force-delete pod %s/%s: %w", ns, p.Name, err)
 }
 
 // claimOf finds the claim bound to id's PersistentVolume: the PV named

@@ -9,6 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 func pod(name, node, claim string, owned bool) *corev1.Pod {
@@ -32,7 +35,7 @@ func TestOnlyTheLostNodesOwnedPodsOfTheVolumeAreForceDeleted(t *testing.T) {
 		pod("other", "node1", "another", true),        // another claim
 		pod("db-0-moved", "node2", "data-db-0", true), // another node
 	)
-	e := New(client, "ferry.zfs.csi.io")
+	e := New(client, "ferry.zfs.csi.io", "ferry-system")
 	got, err := e.EvictPods(context.Background(), "node1", "pvc-1")
 	if err != nil || !slices.Equal(got, []string{"app/db-0"}) {
 		t.Fatalf("evicted %v, %v; want [app/db-0]", got, err)
@@ -50,8 +53,56 @@ func TestOnlyTheLostNodesOwnedPodsOfTheVolumeAreForceDeleted(t *testing.T) {
 		}
 	}
 	// Another driver's volume of that handle is not ours: nothing deleted.
-	if got, err := New(client, "other.csi").EvictPods(context.Background(), "node1", "pvc-1"); err != nil || len(got) != 0 {
+	if got, err := New(client, "other.csi", "ferry-system").EvictPods(context.Background(), "node1", "pvc-1"); err != nil || len(got) != 0 {
 		t.Fatalf("another driver: %v, %v", got, err)
+	}
+}
+
+func replicaPod(name, node string, id volume.ID, component string, owner metav1.OwnerReference) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ferry-system", UID: types.UID("uid-" + name),
+		Labels:          map[string]string{"app.kubernetes.io/name": "ferry", "app.kubernetes.io/component": component, rvapi.LabelVolume: rvapi.Hash(id)},
+		OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.PodSpec{NodeName: node}}
+}
+
+// The lost node's replica pods of the volume go, the ReplicaSet's and the
+// one outside it (a primary's whose term was taken over) alike; those of
+// another node or another volume stay, and so does the volume's pod in
+// another namespace (no replica pod of Ferry's).
+func TestTheLostNodesReplicaPodsOfTheVolumeAreForceDeletedInAndOutsideItsReplicaSet(t *testing.T) {
+	yes := true
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ferry-pvc-1", UID: "rs", Controller: &yes}
+	rv := metav1.OwnerReference{APIVersion: "ferry.zfs.csi.io/v1alpha1", Kind: "ReplicatedVolume", Name: "pvc-1", UID: "rv", Controller: &yes}
+	elsewhere := replicaPod("in-app", "node1", "pvc-1", "replica", rs)
+	elsewhere.Namespace = "app"
+	client := fake.NewClientset(
+		replicaPod("ferry-pvc-1-abcde", "node1", "pvc-1", "replica", rs),    // deleted
+		replicaPod("ferry-pvc-1-1a2b3c4d", "node1", "pvc-1", "primary", rv), // deleted
+		replicaPod("ferry-pvc-1-fghij", "node2", "pvc-1", "replica", rs),    // another node
+		replicaPod("ferry-pvc-2-abcde", "node1", "pvc-2", "replica", rs),    // another volume
+		elsewhere,
+	)
+	ctx := context.Background()
+	got, err := New(client, "ferry.zfs.csi.io", "ferry-system").RemoveReplicaPods(ctx, "node1", "pvc-1")
+	slices.Sort(got)
+	if err != nil || !slices.Equal(got, []string{"ferry-system/ferry-pvc-1-1a2b3c4d", "ferry-system/ferry-pvc-1-abcde"}) {
+		t.Fatalf("removed %v, %v; want node1's two replica pods of pvc-1", got, err)
+	}
+	left, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if len(left.Items) != 3 {
+		t.Fatalf("%d pods left, want 3", len(left.Items))
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" {
+			d := a.(interface{ GetDeleteOptions() metav1.DeleteOptions }).GetDeleteOptions()
+			if d.GracePeriodSeconds == nil || *d.GracePeriodSeconds != 0 || d.Preconditions == nil || d.Preconditions.UID == nil {
+				t.Fatalf("delete options %+v: want grace 0 and the pod's UID as precondition", d)
+			}
+		}
+	}
+	// Without replication (no replica namespace) nothing is listed.
+	if got, err := New(client, "ferry.zfs.csi.io", "").RemoveReplicaPods(ctx, "node2", "pvc-1"); err != nil || len(got) != 0 {
+		t.Fatalf("without replica pods: %v, %v", got, err)
 	}
 }
 
@@ -59,7 +110,7 @@ func TestTheTaintIsSetAndLiftedKeepingOtherTaintsAndThePlacementLabelGoes(t *tes
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", ResourceVersion: "1", Labels: map[string]string{"replica.ferry.zfs.csi.io/pvc-1": "ready", "keep": "x"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoExecute}}}}
 	client := fake.NewClientset(node)
-	e := New(client, "ferry.zfs.csi.io")
+	e := New(client, "ferry.zfs.csi.io", "ferry-system")
 	ctx := context.Background()
 	for range 2 { // idempotent
 		if err := e.Taint(ctx, "node1", true); err != nil {

@@ -132,9 +132,10 @@ func replicated(t *testing.T, vol, first string) {
 // reaching nobody, and fences itself); the pod must run with its data on
 // the other copy's node within the goal, with never two active primaries,
 // at most about one snapshot interval of writes lost, and the node, back,
-// rejoins as a ready secondary. The survivor ran the cluster's node fence
-// command (tests/cluster/overlay/fence-node.yaml) for the lost node before
-// it took over. It prints the figures the README records.
+// rejoins as a ready secondary or, when a copy was made on a third node
+// meanwhile, its surplus copy leaves. The survivor ran the cluster's node
+// fence command (tests/cluster/overlay/fence-node.yaml) for the lost node
+// before it took over. It prints the figures the README records.
 func nodeLoss(t *testing.T, fault string) {
 	ns := namespace(t)
 	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
@@ -229,13 +230,15 @@ func nodeLoss(t *testing.T, fault string) {
 		t.Fatalf("after the failover the primary is %q, want %s: %+v %v", rv.Status.Primary, second, rv.Status, err)
 	}
 
-	// The node returns: it rejoins as a ready secondary of the new epoch,
-	// its taint goes, and the pod keeps writing where it runs.
+	// The node returns: its copy rejoins as a ready secondary of the new
+	// epoch, or leaves when a copy made meanwhile left it surplus; its
+	// taint goes, and the pod keeps writing where it runs.
 	nodeFault(t, "restore", first)
 	restored = true
-	returnedNodeRejoins(t, vol, first, second)
-	if n := hostLast(t, first, vol); n < resumed {
-		t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
+	if returnedNodeRejoins(t, vol, first, second) {
+		if n := hostLast(t, first, vol); n < resumed {
+			t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
+		}
 	}
 	// What the lost node wrote after the copy the survivor holds was kept
 	// aside on that node before its copy was rolled back, and the event
@@ -298,26 +301,51 @@ func nodeFencedBefore(t *testing.T, vol, node string, fault, took time.Time) {
 	t.Logf("node fence of %s ran %d s after the fault, the takeover was seen %.1f s after it", node, runs[0]-fault.Unix(), took.Sub(fault).Seconds())
 }
 
-// returnedNodeRejoins waits until node's copy is a ready secondary of the
-// current epoch under primary, and its fenced taint is gone.
-func returnedNodeRejoins(t *testing.T, vol, node, primary string) {
+// returnedNodeRejoins waits until the volume is whole again under primary
+// (every copy of the replication factor ready in the current epoch) with
+// node's copy a ready secondary among them, or no longer listed, and its
+// fenced taint is gone; it says whether node's copy rejoined. The takeover
+// deleted the lost node's replica pods: the ReplicaSet may have placed
+// the copy it lacked on a third node meanwhile, and the returned copy,
+// surplus, then leaves (its fenced writes kept aside first).
+func returnedNodeRejoins(t *testing.T, vol, node, primary string) bool {
 	t.Helper()
-	eventually(t, "the returned node's copy ready in the new epoch", 180*time.Second, func() (bool, string) {
-		rv, err := getRV(t, vol)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, r := range rv.Status.Replicas {
-			if r.Node == node {
-				return r.Ready && !r.Active && r.Epoch == rv.Status.Epoch && rv.Status.Primary == primary, fmt.Sprintf("%+v", rv.Status)
-			}
-		}
-		return false, fmt.Sprintf("%+v", rv.Status)
-	})
+	rejoined := returnedCopySettles(t, vol, node, primary)
 	eventually(t, "the fenced taint lifted", 60*time.Second, func() (bool, string) {
 		out, _ := kubectl(t, "", "get", "node", node, "-o", "jsonpath={.spec.taints}")
 		return !strings.Contains(out, "ferry.zfs.csi.io/fenced"), out
 	})
+	return rejoined
+}
+
+// returnedCopySettles waits until vol has every copy of its replication
+// factor ready in the current epoch under primary, node's copy one of
+// them (true) or no longer listed (false, a surplus copy that left).
+func returnedCopySettles(t *testing.T, vol, node, primary string) bool {
+	t.Helper()
+	rejoined := false
+	eventually(t, "the volume whole again in the new epoch, the returned node's copy ready or gone", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil {
+			return false, err.Error()
+		}
+		ready, listed, back := 0, false, false
+		for _, r := range rv.Status.Replicas {
+			if r.Ready && r.Epoch == rv.Status.Epoch {
+				ready++
+			}
+			if r.Node == node {
+				listed = true
+				back = r.Ready && !r.Active && r.Epoch == rv.Status.Epoch
+			}
+		}
+		rejoined = back
+		return ready == rv.Spec.ReplicationFactor && rv.Status.Primary == primary && (back || !listed), fmt.Sprintf("%+v", rv.Status)
+	})
+	if !rejoined {
+		t.Logf("%s's copy of %s left as surplus: the ReplicaSet had placed the copy it lacked on another node", node, vol)
+	}
+	return rejoined
 }
 
 // fencedWritesKept checks that what node wrote past the copy the survivor

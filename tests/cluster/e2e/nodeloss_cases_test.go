@@ -337,8 +337,8 @@ func TestNodeLossPausedPrimaryNodeFailsOver(t *testing.T) {
 	}
 	nodeFencedBefore(t, vol, first, start, took)
 	// The node is back (resumed, not restarted): the survivor's takeover
-	// deleted the old pod, its copy rejoins as a secondary of the new
-	// epoch, the taint goes.
+	// deleted the old pod and its replica pod, its copy rejoins as a
+	// secondary of the new epoch or leaves as surplus, the taint goes.
 	nodeFault(t, "restore", first)
 	restored = true
 	returnedNodeRejoins(t, vol, first, second)

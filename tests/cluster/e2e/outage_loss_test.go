@@ -111,16 +111,5 @@ func TestNodeLossDuringAnAPIServerOutageLosesAtMostOneInterval(t *testing.T) {
 	}
 	nodeFault(t, "restore", first)
 	restored = true
-	eventually(t, "the returned node's copy ready again", 180*time.Second, func() (bool, string) {
-		rv, err := getRV(t, vol)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, r := range rv.Status.Replicas {
-			if r.Node == first {
-				return r.Ready && !r.Active && rv.Status.Primary == second, fmt.Sprintf("%+v", rv.Status)
-			}
-		}
-		return false, fmt.Sprintf("%+v", rv.Status)
-	})
+	returnedCopySettles(t, vol, first, second)
 }

@@ -21,7 +21,8 @@ import (
 // writes (readonly=on) and stops the writer. The test follows the old
 // writer's own token on the node's copy from the host: its last write
 // comes before the takeover, and it writes nothing while the new pod
-// appends. Back, the node's daemon finds its copy taken over: it rejoins.
+// appends. Back, the node's daemon finds its copy taken over: it rejoins,
+// or leaves as surplus when a copy was made on the third node meanwhile.
 func TestNodeLossWithItsDaemonDownThePrimarysWatchdogFencesItBeforeTheTakeover(t *testing.T) {
 	ns := namespace(t)
 	must(t, tokenWriterSetYAML("w"), "-n", ns, "apply", "-f", "-")
@@ -112,7 +113,8 @@ func TestNodeLossWithItsDaemonDownThePrimarysWatchdogFencesItBeforeTheTakeover(t
 	}
 
 	// The daemon back (resumed), the API server reachable again: the copy
-	// was taken over, so it is fenced for good and rejoins as a secondary.
+	// was taken over, so it is fenced for good and rejoins as a secondary
+	// (or leaves as surplus: the takeover deleted its replica pod too).
 	nodeFault(t, "restore", first)
 	restored = true
 	returnedNodeRejoins(t, vol, first, second)
