@@ -138,6 +138,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 	for _, st := range s.view.All() {
 		before[st.Volume] = st
 	}
+	asked := s.clock() // a read held long counts as blind (liveness.Observer.ReadSince)
 	recs, err := s.leases.Leases(ctx)
 	var off []replica.Node
 	if err == nil {
@@ -155,7 +156,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 		values[n] = r.Value
 		s.peers[n] = r.PeerAddress
 	}
-	s.obs.Read(now, values)
+	s.obs.ReadSince(asked, now, values)
 	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
 	s.logLost(lost)

@@ -94,18 +94,26 @@ type Verdict struct {
 // Decide says whether the primaries of a node may keep writing: while it
 // holds its lease, or while every node in takers (every node that may
 // take one of its volumes over: the takers its Ledger acknowledged)
-// promised past now. Otherwise
-// it must fence them: stop their writers, then unmount.
+// promised past now, until the later of the two. Otherwise it must fence
+// them: stop their writers, then unmount.
+//
+// A promise counts while the lease still runs too: its Until is then the
+// later end, so a permit published while the lease holds already carries
+// the promises that outlast it (a watchdog reading it does not see a
+// deadline pass in the instant between the lease's end and the guard's
+// next verdict, which would fence a primary that may write on).
 func Decide(st Standing, takers []replica.Node) Verdict {
-	if st.Now < st.LeaseUntil {
-		return Verdict{MayWrite: true, Until: st.LeaseUntil, Reason: "the node's lease is held"}
-	}
+	held := st.Now < st.LeaseUntil
 	if len(takers) == 0 {
+		if held {
+			return Verdict{MayWrite: true, Until: st.LeaseUntil, Reason: "the node's lease is held"}
+		}
 		// Nobody can take over: no second writer can appear; a primary
 		// without a lease keeps its single copy writable.
 		return Verdict{MayWrite: true, Until: st.Now, Reason: "no other node holds a copy that could take over"}
 	}
 	until := time.Duration(1<<63 - 1)
+	missing := replica.Node("")
 	for _, t := range takers {
 		best := time.Duration(-1)
 		for _, p := range st.Promises {
@@ -114,9 +122,18 @@ func Decide(st Standing, takers []replica.Node) Verdict {
 			}
 		}
 		if best <= st.Now {
-			return Verdict{Reason: fmt.Sprintf("the node's lease ran out and %s, which could take over, has not promised not to", t)}
+			missing = t
+			break
 		}
 		until = min(until, best)
+	}
+	switch {
+	case held && missing == "" && until > st.LeaseUntil:
+		return Verdict{MayWrite: true, Until: until, Reason: fmt.Sprintf("the node's lease is held, and every node that could take over promised not to beyond it (%d)", len(takers))}
+	case held:
+		return Verdict{MayWrite: true, Until: st.LeaseUntil, Reason: "the node's lease is held"}
+	case missing != "":
+		return Verdict{Reason: fmt.Sprintf("the node's lease ran out and %s, which could take over, has not promised not to", missing)}
 	}
 	return Verdict{MayWrite: true, Until: until, Reason: fmt.Sprintf("the node's lease ran out, but every node that could take over promised not to (%d)", len(takers))}
 }
@@ -230,6 +247,18 @@ func NewObserver(cfg Config, self replica.Node) *Observer {
 // renewal). A lease missing from a read keeps its age: a node whose lease
 // was removed does not renew either.
 func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
+	o.ReadSince(now, now, values)
+}
+
+// ReadSince records one successful read begun at start and answered at
+// now. A read that took longer than a Margin counts as a blind spell
+// ended by its answer (every lease's age restarts at now): an API server
+// that held the read (stopped, overloaded) held the nodes' renewals too,
+// so a lease seen unchanged across it tells nothing of its node.
+func (o *Observer) ReadSince(start, now time.Duration, values map[replica.Node]string) {
+	if now-start > o.cfg.Margin {
+		o.blind = true
+	}
 	for n, v := range values {
 		s, ok := o.seen[n]
 		if !ok || s.value != v || o.blind {

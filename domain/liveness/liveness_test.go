@@ -56,6 +56,10 @@ func TestAPrimaryWritesOnItsLeaseOrOnEveryTakersPromise(t *testing.T) {
 		why   string
 	}{
 		{"lease held", Standing{Now: 3 * s, LeaseUntil: 4 * s}, takers, true, 4 * s, "lease is held"},
+		{"lease held, every taker promised beyond it: until the promises' end", Standing{Now: 3 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "c", Until: 7 * s}}}, takers, true, 7 * s, "beyond it"},
+		{"lease held, one taker promised beyond it: until the lease's end", Standing{Now: 3 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}}}, takers, true, 4 * s, "lease is held"},
+		{"lease held, promises ending before it: until the lease's end", Standing{Now: 3 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "c", Until: 3500 * time.Millisecond}}}, takers, true, 4 * s, "lease is held"},
+		{"lease held, nobody could take over", Standing{Now: 3 * s, LeaseUntil: 4 * s}, nil, true, 4 * s, "lease is held"},
 		{"lease ran out, no promise", Standing{Now: 4 * s, LeaseUntil: 4 * s}, takers, false, 0, "b, which could take over"},
 		{"one taker promised", Standing{Now: 5 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}}}, takers, false, 0, "c, which could take over"},
 		{"every taker promised", Standing{Now: 5 * s, LeaseUntil: 4 * s, Promises: []Promise{{From: "b", Until: 9 * s}, {From: "c", Until: 7 * s}, {From: "c", Until: 6 * s}}}, takers, true, 7 * s, "promised"},

@@ -51,6 +51,28 @@ func TestAfterABlindSpellEveryLeaseGetsItsFullDurationAgain(t *testing.T) {
 	}
 }
 
+// The API server held the observer's read for a minute (stopped: every
+// request hangs, none fails) and the nodes' renewals with it: the answer
+// shows the leases unchanged, which tells nothing; it counts as a blind
+// spell ended by the answer. A read answered within a margin does not.
+func TestAReadHeldLongerThanAMarginCountsAsBlind(t *testing.T) {
+	o := NewObserver(cfg, "b")
+	o.Read(0, leases("a", "1", "c", "1"))
+	o.ReadSince(1*s, 60*s, leases("a", "1", "c", "1")) // asked at 1 s, answered at 60 s
+	if got := o.Lost(61 * s); len(got) != 0 {
+		t.Fatalf("lost %v right after a read held for a minute: no node could renew meanwhile", got)
+	}
+	if got := o.Lost(66 * s); !slices.Equal(got, []replica.Node{"a", "c"}) {
+		t.Fatalf("lost %v, want [a c] once duration + margin passed after the held read", got)
+	}
+	q := NewObserver(cfg, "b")
+	q.Read(0, leases("a", "1"))
+	q.ReadSince(6*s-cfg.Margin, 6*s, leases("a", "1")) // answered within a margin
+	if got := q.Lost(6 * s); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v at 6 s after a prompt read, want [a]", got)
+	}
+}
+
 func TestANodePromisedIsNotTakenForLostBeforeThePromiseEnds(t *testing.T) {
 	o := NewObserver(cfg, "b")
 	o.Read(0, leases("a", "1"))
