@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -159,7 +160,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 	s.obs.ReadSince(asked, now, values)
 	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
-	s.logLost(lost)
+	s.logLost(lost, off)
 	checkTaint := s.taint.Due(now, s.obs.Renewing(s.cfg.Node, now))
 	s.mu.Unlock()
 
@@ -193,11 +194,15 @@ func (s *Survivor) Step(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *Survivor) logLost(lost []replica.Node) {
+func (s *Survivor) logLost(lost, off []replica.Node) {
 	now := map[replica.Node]bool{}
 	for _, n := range lost {
 		now[n] = true
-		if !s.lost[n] {
+		switch {
+		case s.lost[n]:
+		case slices.Contains(off, n):
+			s.log.Warn("node lost: declared shut down (the out-of-service taint)", zap.String("node", string(n)))
+		default:
 			s.log.Warn("node lost: its lease has not changed for the lease duration plus the margin", zap.String("node", string(n)))
 		}
 	}
