@@ -88,6 +88,11 @@ func (s *Survivor) Run(ctx context.Context) {
 		if err := s.Step(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("failover check incomplete", zap.Error(err))
 		}
+		if took := s.clock() - start; took > s.cfg.Lease.Renew {
+			// A loss (or an out-of-service taint) is seen only by a step:
+			// one longer than a period delays every takeover.
+			s.log.Warn("failover check slow", zap.Duration("took", took), zap.Duration("period", s.cfg.Lease.Renew))
+		}
 		wait := s.nextStep(start)
 		t := time.NewTimer(wait)
 		select {

@@ -64,9 +64,12 @@ func (e *Effects) Unplace(ctx context.Context, node replica.Node, id volume.ID) 
 const OutOfServiceTaint = "node.kubernetes.io/out-of-service"
 
 // OutOfService lists the nodes carrying the out-of-service taint (any
-// value and effect), read from the API server's cache.
+// value and effect), by a consistent read (served from the API server's
+// cache once it has caught up: "any version" answered from a cache
+// seconds behind on the test cluster, and the taint was seen about 5 s
+// after it was set).
 func (e *Effects) OutOfService(ctx context.Context) ([]replica.Node, error) {
-	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	nodes, err := e.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
