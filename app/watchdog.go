@@ -151,6 +151,17 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		points = append([]string{w.info.MountPath}, points...)
 	}
 	fencing := w.fencing.Load()
+	if !fencing && w.recorded == "" {
+		// The record first: whatever happens next (a lock that fails,
+		// this process killed), the daemon finds it and finishes the
+		// fence (the stopped holders killed, the lock lifted, the pods
+		// restarted); a record of a fence that stopped nothing costs a
+		// give-back that finds nothing to do.
+		pending := fmt.Sprintf("primary on %s being fenced by its volume manager (the node's daemon did not renew its write permit): %s", w.cfg.Node, reason)
+		if err := w.records.Record(w.cfg.Volume, pending); err != nil {
+			w.log.Warn("the fence is not recorded for the daemon yet; fencing all the same", zap.Error(err))
+		}
+	}
 	// First the holders, stopped (a scan of /proc, some signals): the
 	// lock takes zfs commands, which a loaded node may run slowly, and
 	// the deadline leaves 1.5 margins before a survivor may take over.

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -310,5 +311,37 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	w.Check(ctx) // a second StopHolders would fail the mock
 	if w.Fencing() {
 		t.Fatal("still fencing a replica known to be a secondary")
+	}
+}
+
+// failingLock is a write lock whose zfs command fails.
+type failingLock struct{}
+
+func (failingLock) LockWrites(context.Context, volume.ID, string) error {
+	return errors.New("zfs set readonly=on: timed out")
+}
+func (failingLock) UnlockWrites(context.Context, volume.ID) error { return nil }
+
+// The holders are stopped, then the lock fails (a zfs command that times
+// out), and the daemon comes back before the watchdog tries again: the
+// record is there already, so the daemon finishes the fence (kills the
+// stopped holders, restarts the pods) rather than leaving them stopped
+// with nothing to tell of them.
+func TestAWatchdogRecordsItsFenceBeforeStoppingAnything(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	info, err := c.stores["a"].GetVolume(ctx, volID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl := gomock.NewController(t)
+	stopper := mocks.NewMockHolderStopper(ctrl)
+	desk := &permitDesk{}
+	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
+		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, failingLock{}, stopper, c.events, zap.NewNop())
+	desk.set(time.Second, 2*time.Second) // armed, passed
+	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath}).Return([]ports.StoppedProcess{{PID: 42, Command: "app"}}, nil)
+	w.Check(ctx)
+	if got, _ := desk.Recorded(); got[volID] == "" {
+		t.Fatal("holders stopped and no record for the daemon")
 	}
 }

@@ -59,6 +59,7 @@ type Guard struct {
 	published  bool                        // this process published a permit
 	permit     liveness.Permit             // the last one it published, on its clock
 	bounded    map[volume.ID]replica.Epoch // never Forever in these terms: a taker's acknowledgement is (or was) under way
+	capped     map[volume.ID]ackCap        // held at the lease's end while an acknowledgement of new takers is under way (pubMu)
 	pubFailing bool
 }
 
@@ -82,7 +83,7 @@ func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{},
-		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}}
+		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}, capped: map[volume.ID]ackCap{}}
 }
 
 // PublishPermits makes the guard publish, on this node, until when each
@@ -163,10 +164,27 @@ func (g *Guard) boundBeforeAcknowledge(id volume.ID, epoch replica.Epoch) error 
 	if !g.published {
 		return errNoPermitYet // the permit out there is an earlier process's: it may hold id Forever
 	}
-	if g.permit.Deadline(id) != liveness.Forever {
+	// Nor beyond the lease on its takers' promises (liveness.Decide): the
+	// taker to come has promised nothing. Capped at the lease's end until
+	// the ledger lists more takers than now (the acknowledgement's Intend,
+	// just before its write).
+	g.mu.Lock()
+	until := g.leaseUntil
+	g.mu.Unlock()
+	if c, ok := g.capped[id]; !ok || c.epoch < epoch {
+		g.capped[id] = ackCap{epoch: epoch, takers: len(g.takers.Of(id))}
+	}
+	if d := g.permit.Deadline(id); d != liveness.Forever && d <= until {
 		return nil
 	}
 	return g.publishLocked()
+}
+
+// ackCap holds a volume's permit at the lease's end while an
+// acknowledgement of more takers than it had is under way.
+type ackCap struct {
+	epoch  replica.Epoch
+	takers int // the volume's takers when the acknowledgement began
 }
 
 // publish replaces the node's permit with the guard's verdicts now (once a
@@ -247,6 +265,16 @@ func (g *Guard) publishLocked() error {
 	standing := liveness.Standing{Now: g.clock(), LeaseUntil: g.leaseUntil, Promises: append([]liveness.Promise(nil), g.promises...)}
 	g.mu.Unlock()
 	p := g.cfg.Lease.Grant(standing, terms, free)
+	for _, t := range terms {
+		c, ok := g.capped[t.Volume]
+		switch {
+		case !ok:
+		case t.Epoch != c.epoch || len(t.Takers) > c.takers:
+			delete(g.capped, t.Volume) // the new takers are judged by Decide itself
+		case standing.Now < standing.LeaseUntil && p.Deadline(t.Volume) > standing.LeaseUntil:
+			p.Volumes[t.Volume] = standing.LeaseUntil
+		}
+	}
 	for _, id := range overtaken {
 		if p.Deadline(id) > standing.Now {
 			p.Volumes[id] = standing.Now // passed: the guard fences it now

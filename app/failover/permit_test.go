@@ -276,3 +276,74 @@ func TestTheGuardGivesBackThePodsOfAVolumeItsWatchdogFenced(t *testing.T) {
 	}
 	g.Check(ctx) // given back once: no second EvictPods (gomock fails on one)
 }
+
+// A primary here with taker b, whose promise outlasts the lease (its
+// renewals fail on an overloaded API server: the permit carries the
+// promise, liveness.Decide), acknowledges a new copy c while it still
+// holds the lease: before c is written down as a taker, the permit is
+// back at the lease's end (c promised nothing; the daemon dying right
+// after must leave a deadline 2 margins before c may take over); once the
+// ledger lists c, Decide holds it there itself until c promises.
+func TestANewTakersAcknowledgementHoldsThePermitAtTheLeasesEndDespiteOlderPromises(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	ctx := context.Background()
+	clock := &fakeClock{}
+	cluster := fakecluster.New()
+	st := primaryState("rep", "a", "b")
+	st.ReplicationFactor = 3
+	st.Replicas = append(st.Replicas, replica.Replica{Node: "c", Snapshot: 7, SnapshotEpoch: 3, Ready: true})
+	if _, err := cluster.Create(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	lease := mocks.NewMockNodeLease(ctrl)
+	vols := NewVolumes()
+	vols.Saw(st)
+	takers := NewTakers("a", cluster, zap.NewNop())
+	box := &permitBox{}
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, mocks.NewMockSnapshotStore(ctrl),
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
+	g.PublishPermits(box, box, nil)
+	lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := g.RenewOnce(ctx); err != nil { // held until 4.5 s
+		t.Fatal(err)
+	}
+	clock.set(3 * time.Second)
+	g.Promised(liveness.Promise{From: "b", Until: 7500 * time.Millisecond})
+	g.Check(ctx)
+	if d := box.last(t).Deadline("rep"); d != 7500*time.Millisecond {
+		t.Fatalf("rep may write until %s, want b's promise's end", d)
+	}
+	box.mu.Lock()
+	box.seen = func(p liveness.Permit) {
+		if got, _ := cluster.Get(ctx, "rep"); !got.Replicas[2].Taker && p.Deadline("rep") > timing.Held(0) {
+			t.Errorf("published %s for rep before c was written down, beyond the lease's end %s", p.Deadline("rep"), timing.Held(0))
+		}
+	}
+	box.mu.Unlock()
+	var capped liveness.Permit
+	box.mu.Lock()
+	n := len(box.published)
+	box.mu.Unlock()
+	if err := takers.Acknowledge(ctx, "rep"); err != nil {
+		t.Fatal(err)
+	}
+	box.mu.Lock()
+	if len(box.published) == n {
+		box.mu.Unlock()
+		t.Fatal("no permit published before c's acknowledgement")
+	}
+	capped = box.published[n]
+	box.mu.Unlock()
+	if d := capped.Deadline("rep"); d != timing.Held(0) {
+		t.Fatalf("rep held until %s while c is acknowledged, want the lease's end %s", d, timing.Held(0))
+	}
+	g.Check(ctx)
+	if d := box.last(t).Deadline("rep"); d != timing.Held(0) {
+		t.Fatalf("rep may write until %s with c listed and silent, want the lease's end %s", d, timing.Held(0))
+	}
+	g.Promised(liveness.Promise{From: "c", Until: 8 * time.Second})
+	g.Check(ctx)
+	if d := box.last(t).Deadline("rep"); d != 7500*time.Millisecond {
+		t.Fatalf("rep may write until %s once c promised too, want the earliest promise's end", d)
+	}
+}

@@ -144,8 +144,9 @@ func (s *Survivor) Step(ctx context.Context) error {
 	for _, st := range s.view.All() {
 		before[st.Volume] = st
 	}
-	asked := s.clock() // a read held long counts as blind (liveness.Observer.ReadSince)
+	asked := s.clock() // a lease read held long counts as blind (liveness.Observer.ReadSince)
 	recs, err := s.leases.Leases(ctx)
+	answered := s.clock()
 	var off []replica.Node
 	if err == nil {
 		off, err = s.effects.OutOfService(ctx)
@@ -162,7 +163,7 @@ func (s *Survivor) Step(ctx context.Context) error {
 		values[n] = r.Value
 		s.peers[n] = r.PeerAddress
 	}
-	s.obs.ReadSince(asked, now, values)
+	s.obs.ReadSince(asked, answered, values)
 	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
 	s.logLost(lost, off)

@@ -251,12 +251,15 @@ func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
 }
 
 // ReadSince records one successful read begun at start and answered at
-// now. A read that took longer than a Margin counts as a blind spell
-// ended by its answer (every lease's age restarts at now): an API server
-// that held the read (stopped, overloaded) held the nodes' renewals too,
-// so a lease seen unchanged across it tells nothing of its node.
+// now. A read that took longer than a renewal period (a node's renewal
+// times out then) counts as a blind spell ended by its answer (every
+// lease's age restarts at now): an API server that held the read
+// (stopped, overloaded) held the nodes' renewals too, so a lease seen
+// unchanged across it tells nothing of its node. Reads that are merely
+// slow, shorter than a renewal, count as they are: were each counted
+// blind, no node would ever be taken for lost.
 func (o *Observer) ReadSince(start, now time.Duration, values map[replica.Node]string) {
-	if now-start > o.cfg.Margin {
+	if now-start > o.cfg.Renew {
 		o.blind = true
 	}
 	for n, v := range values {

@@ -176,8 +176,13 @@ func (e *Effects) RemoveReplicaPods(ctx context.Context, node replica.Node, id v
 	if e.replicas == "" {
 		return nil, nil
 	}
+	// Only the ended term's primary's pod, outside the ReplicaSet: the
+	// ReplicaSet's own pods on a lost node (a secondary's) stay until the
+	// node returns or Kubernetes evicts them. Removing those would have a
+	// node judged lost by its lease alone (a daemon restarting slowly, a
+	// short partition) cost every volume there a full copy elsewhere.
 	pods, err := e.client.CoreV1().Pods(e.replicas).List(ctx, metav1.ListOptions{
-		LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(id),
+		LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(id) + "," + rvapi.LabelComponent + "=" + rvapi.ComponentPrimary,
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", string(node)).String(),
 	})
 	if err != nil {
@@ -185,7 +190,7 @@ func (e *Effects) RemoveReplicaPods(ctx context.Context, node replica.Node, id v
 	}
 	var deleted []string
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != string(node) || p.Labels[rvapi.LabelVolume] != rvapi.Hash(id) {
+		if p.Spec.NodeName != string(node) || p.Labels[rvapi.LabelVolume] != rvapi.Hash(id) || p.Labels[rvapi.LabelComponent] != rvapi.ComponentPrimary {
 			continue
 		}
 		ok, err := e.forceDelete(ctx, e.replicas, p)

@@ -65,18 +65,20 @@ func replicaPod(name, node string, id volume.ID, component string, owner metav1.
 		Spec: corev1.PodSpec{NodeName: node}}
 }
 
-// The lost node's replica pods of the volume go, the ReplicaSet's and the
-// one outside it (a primary's whose term was taken over) alike; those of
-// another node or another volume stay, and so does the volume's pod in
-// another namespace (no replica pod of Ferry's).
-func TestTheLostNodesReplicaPodsOfTheVolumeAreForceDeletedInAndOutsideItsReplicaSet(t *testing.T) {
+// The lost node's replica pod of the volume outside its ReplicaSet (the
+// primary's, whose term was taken over) goes; the ReplicaSet's own pod
+// there stays (a node judged lost by its lease alone must not cost every
+// volume a full copy elsewhere), as do those of another node or another
+// volume, and the volume's pod in another namespace (no replica pod of
+// Ferry's).
+func TestTheLostNodesPrimaryReplicaPodOfTheVolumeIsForceDeletedTheReplicaSetsStay(t *testing.T) {
 	yes := true
 	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "ferry-pvc-1", UID: "rs", Controller: &yes}
 	rv := metav1.OwnerReference{APIVersion: "ferry.zfs.csi.io/v1alpha1", Kind: "ReplicatedVolume", Name: "pvc-1", UID: "rv", Controller: &yes}
 	elsewhere := replicaPod("in-app", "node1", "pvc-1", "replica", rs)
 	elsewhere.Namespace = "app"
 	client := fake.NewClientset(
-		replicaPod("ferry-pvc-1-abcde", "node1", "pvc-1", "replica", rs),    // deleted
+		replicaPod("ferry-pvc-1-abcde", "node1", "pvc-1", "replica", rs),    // the ReplicaSet's: stays
 		replicaPod("ferry-pvc-1-1a2b3c4d", "node1", "pvc-1", "primary", rv), // deleted
 		replicaPod("ferry-pvc-1-fghij", "node2", "pvc-1", "replica", rs),    // another node
 		replicaPod("ferry-pvc-2-abcde", "node1", "pvc-2", "replica", rs),    // another volume
@@ -85,12 +87,12 @@ func TestTheLostNodesReplicaPodsOfTheVolumeAreForceDeletedInAndOutsideItsReplica
 	ctx := context.Background()
 	got, err := New(client, "ferry.zfs.csi.io", "ferry-system").RemoveReplicaPods(ctx, "node1", "pvc-1")
 	slices.Sort(got)
-	if err != nil || !slices.Equal(got, []string{"ferry-system/ferry-pvc-1-1a2b3c4d", "ferry-system/ferry-pvc-1-abcde"}) {
-		t.Fatalf("removed %v, %v; want node1's two replica pods of pvc-1", got, err)
+	if err != nil || !slices.Equal(got, []string{"ferry-system/ferry-pvc-1-1a2b3c4d"}) {
+		t.Fatalf("removed %v, %v; want node1's primary replica pod of pvc-1", got, err)
 	}
 	left, _ := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if len(left.Items) != 3 {
-		t.Fatalf("%d pods left, want 3", len(left.Items))
+	if len(left.Items) != 4 {
+		t.Fatalf("%d pods left, want 4", len(left.Items))
 	}
 	for _, a := range client.Actions() {
 		if a.GetVerb() == "delete" {

@@ -33,6 +33,11 @@ const (
 	// LabelVolume carries the volume ID's hash on every object Ferry makes
 	// for a volume (its ReplicatedVolume included), for selection.
 	LabelVolume = Group + "/volume"
+	// LabelComponent tells a volume's replica pods apart: ComponentPrimary
+	// on the active primary's (outside the volume's ReplicaSet), the
+	// replica's value on the ReplicaSet's own.
+	LabelComponent   = "app.kubernetes.io/component"
+	ComponentPrimary = "primary"
 	// Finalizer holds a ReplicatedVolume being deleted until its last
 	// replica destroyed its copy and left (ports.ClusterState.Delete).
 	Finalizer = Group + "/replicas"

@@ -40,9 +40,9 @@ const (
 	// LabelComponent's value on replica pods.
 	ComponentReplica = "replica"
 	// ComponentPrimary marks the active primary's pod.
-	ComponentPrimary = "primary"
+	ComponentPrimary = rvapi.ComponentPrimary
 	labelName        = "app.kubernetes.io/name"
-	labelComponent   = "app.kubernetes.io/component"
+	labelComponent   = rvapi.LabelComponent
 	// TopologyKey is the node label the kubelet sets from Ferry's
 	// NodeGetInfo: present exactly on nodes running Ferry's daemon.
 	TopologyKey = "topology.ferry.zfs.csi.io/node"

@@ -52,7 +52,11 @@ func getRV(t *testing.T, vol string) (rvStatus, error) {
 func hostChecksum(t *testing.T, node, vol, file string) string {
 	out, err := exec.Command("sh", "-c", fmt.Sprintf("echo 1 > /proc/sys/vm/drop_caches; sha256sum $(zfs get -H -o value mountpoint ferry-%s/ferry/%s)/%s", node, vol, file)).CombinedOutput()
 	if err != nil {
-		return "unreadable: " + strings.TrimSpace(string(out))
+		// Say whether the copy is mounted at all, and what its directory
+		// holds: a copy received into but not mounted reads empty.
+		ds := fmt.Sprintf("ferry-%s/ferry/%s", node, vol)
+		state, _ := exec.Command("sh", "-c", fmt.Sprintf("zfs get -H -o property,value,source mounted,mountpoint %s; grep -c ' %s ' /proc/self/mounts; ls -la $(zfs get -H -o value mountpoint %s) | head -5", ds, ds, ds)).CombinedOutput()
+		return "unreadable: " + strings.TrimSpace(string(out)) + " [" + strings.Join(strings.Fields(string(state)), " ") + "]"
 	}
 	return strings.Fields(string(out))[0]
 }
