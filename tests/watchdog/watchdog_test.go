@@ -176,11 +176,8 @@ func TestAWriterIsStoppedOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.
 	if lag > 2*margin {
 		t.Errorf("the writer was stopped %s after the deadline, more than two margins", lag)
 	}
-	stoppedSize := size(t, log)
-	time.Sleep(300 * time.Millisecond) // six of its writes' intervals
-	if now := size(t, log); now != stoppedSize {
-		t.Fatalf("the stopped writer wrote on: %d to %d bytes", stoppedSize, now)
-	}
+	// Stopped (state T, read from /proc by haltedAt): it writes nothing
+	// until the daemon's fence kills it.
 	if size(t, log) <= before {
 		t.Error("the writer wrote nothing while the permit ran")
 	}
