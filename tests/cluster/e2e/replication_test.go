@@ -31,6 +31,10 @@ type rvStatus struct {
 			Active   bool   `json:"active"`
 			Ready    bool   `json:"ready"`
 			Taker    bool   `json:"taker"`
+			// Forked is set on a primary a takeover replaced.
+			Forked *struct {
+				Epoch int64 `json:"epoch"`
+			} `json:"forked"`
 		} `json:"replicas"`
 	} `json:"status"`
 }
