@@ -102,15 +102,22 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 	t.Logf("after a killed full transfer, b restarted it and holds %s", sum)
 
 	c.stop("b")
-	base := c.newestStored("b") // its last complete snapshot
+	before := c.newestStored("b")
 	c.write("a", "more.bin", 300<<20)
 	killMidStream("incremental transfer")
+	// Its last complete snapshot: the one it held when stopped, or a
+	// later one when the primary snapshotted during the write and b
+	// fetched it whole before the transfer that was killed.
+	base := c.newestStored("b")
+	if base.Number < before.Number {
+		t.Fatalf("the killed incremental transfer left b at %s, before %s it held", replica.SnapshotName(base), replica.SnapshotName(before))
+	}
 	c.start("b")
 	sum = c.converged("a", "b")
 	if !c.logHas("b", "snapshot received", fmt.Sprintf(`"base":"%s"`, replica.SnapshotName(base))) {
-		t.Fatalf("b did not resume incrementally from its last complete snapshot %s", replica.SnapshotName(base))
+		t.Fatalf("b did not resume incrementally from its last complete snapshot %s (held %s when stopped); its receives: %v", replica.SnapshotName(base), replica.SnapshotName(before), c.logEntries("b", "snapshot received"))
 	}
-	t.Logf("after a killed incremental transfer, b resumed from its last complete snapshot and holds %s", sum)
+	t.Logf("after a killed incremental transfer, b resumed from its last complete snapshot %s (%s when stopped) and holds %s", replica.SnapshotName(base), replica.SnapshotName(before), sum)
 }
 
 func TestAReplicaWhosePoolIsFullFailsClearlyAndTheOthersAreUnaffected(t *testing.T) {
