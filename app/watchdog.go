@@ -101,7 +101,7 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 		w.unread = ""
 	}
 	v := liveness.Watch(liveness.WatchInput{Published: err == nil, Newer: errors.Is(err, ports.ErrPermitVersion), Armed: w.armed, Permit: p,
-		Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary()})
+		Volume: w.cfg.Volume, Now: now, Poll: w.cfg.Poll, Secondary: w.secondary(), Fencing: w.fencing.Load()})
 	if v.Armed != w.armed {
 		w.armed = v.Armed
 		if v.Armed {

@@ -272,8 +272,12 @@ func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
 // the state: its watchdog fences what mounts the copy, read-only pods
 // included, and records it for the daemon (which gives them back whoever
 // the primary is: failover's
-// TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs); once it has read
-// the state it fences no more.
+// TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs). Having read the
+// state, it does not end the spell: it cannot tell this replica from a
+// primary fenced and then taken over, whose writer must stay stopped, and
+// no new one start (on zfs-fuse a read-only dataset takes appends), until
+// the daemon finishes the fence; the stopped readers wait for the daemon
+// either way.
 func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.start("b")
@@ -308,9 +312,16 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 		t.Fatal("a secondary's pods fenced before its first read, and no record for the daemon to give them back")
 	}
 	read.Store(true)
-	w.Check(ctx) // a second StopHolders would fail the mock
+	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return(nil, nil).Times(1)
+	w.Check(ctx)
+	if !w.Fencing() {
+		t.Fatal("the spell ended on learning the replica is a secondary, before the daemon finished the fence")
+	}
+	// The daemon back: its permit lets the node write again; the spell ends.
+	desk.set(time.Hour, time.Second)
+	w.Check(ctx) // a third StopHolders would fail the mock
 	if w.Fencing() {
-		t.Fatal("still fencing a replica known to be a secondary")
+		t.Fatal("still fencing once the permit lets the node write")
 	}
 }
 

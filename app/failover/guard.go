@@ -139,6 +139,18 @@ func (g *Guard) beforeClaim(id volume.ID) error {
 	if v := g.Writable(id); !v.MayWrite {
 		return fmt.Errorf("the node may not write volume %s now: %s", id, v.Reason)
 	}
+	if g.records != nil {
+		// A watchdog's fence not given back yet: a pod mounted now would
+		// lift the lock under the processes it stopped, which the
+		// give-back kills (with this pod's), then restarts the pods.
+		recs, err := g.records.Recorded()
+		if err != nil {
+			return fmt.Errorf("the watchdogs' fence records of this node are not readable, so volume %s may be fenced here: %w", id, err)
+		}
+		if why, ok := recs[id]; ok {
+			return fmt.Errorf("volume %s's watchdog fenced it here and the node's guard has not given its pods back yet (%s): a pod mounts it once it has", id, why)
+		}
+	}
 	return g.permitBeforeClaim()
 }
 

@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ type recordWorld struct {
 	lock    *mocks.MockWriteLock
 	box     *permitBox
 	vols    *Volumes
+	takers  *Takers
 	cluster *fakecluster.Store
 }
 
@@ -47,7 +49,8 @@ func newRecordWorld(t *testing.T, st replica.State) *recordWorld {
 	w.fencer = mocks.NewMockFencer(ctrl)
 	w.eff = mocks.NewMockFailoverEffects(ctrl)
 	w.vols.Saw(st)
-	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, NewTakers("a", w.cluster, zap.NewNop()), store,
+	w.takers = NewTakers("a", w.cluster, zap.NewNop())
+	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, w.takers, store,
 		mounts, w.fencer, w.eff, nopEvents{}, zap.NewNop())
 	w.lock = mocks.NewMockWriteLock(ctrl)
 	w.g.PublishPermits(w.box, w.box, w.lock)
@@ -138,5 +141,36 @@ func TestAWatchdogsRecordOfAVolumeTheGuardFencedAndWasTakenOverGoes(t *testing.T
 	}
 	if got, _ := w.box.Recorded(); len(got) != 0 {
 		t.Fatalf("records left: %v", got)
+	}
+}
+
+// A read/write publish while a watchdog's fence is recorded and not yet
+// given back (the daemon back, its lease held, its guard's give-back not
+// run yet) is refused: it would lift the lock under processes the
+// watchdog stopped and that the give-back kills, and mount a pod the
+// give-back then restarts. Once given back, the claim goes through.
+func TestAClaimWaitsForTheGiveBackOfAWatchdogsFence(t *testing.T) {
+	ctx := context.Background()
+	w := newRecordWorld(t, primaryState("rep", "a", "b"))
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil).AnyTimes()
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.box.Record("rep", "the deadline passed")
+	err := w.takers.Claim(ctx, "rep")
+	if err == nil || !strings.Contains(err.Error(), "watchdog") {
+		t.Fatalf("claimed a volume whose watchdog's fence is not given back: %v", err)
+	}
+	gomock.InOrder(
+		w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1),
+		w.lock.EXPECT().UnlockWrites(gomock.Any(), volume.ID("rep")).Return(nil).Times(1),
+		w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return(nil, nil).Times(1),
+	)
+	w.g.Check(ctx)
+	if got, _ := w.box.Recorded(); len(got) != 0 {
+		t.Fatalf("records left after the give-back: %v", got)
+	}
+	if err := w.takers.Claim(ctx, "rep"); err != nil {
+		t.Fatalf("the claim after the give-back: %v", err)
 	}
 }

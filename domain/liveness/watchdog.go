@@ -148,6 +148,9 @@ type WatchInput struct {
 	// Secondary: the volume manager's last view of the shared state shows
 	// its replica as no active primary (not merely unread yet).
 	Secondary bool
+	// Fencing: this watchdog fenced the volume and the spell has not
+	// ended (WatchVerdict.Fence of the last look).
+	Fencing bool
 }
 
 // WatchVerdict says whether a volume manager must fence its primary now,
@@ -165,7 +168,9 @@ type WatchVerdict struct {
 // permit of this boot read), fence once the volume's deadline has passed
 // (Now at or after it, as the guard's own Decide), or when the permit is
 // gone or unreadable; never before a permit was read, nor on a newer
-// daemon's permit, nor a replica known to be no primary. It looks again
+// daemon's permit, nor a replica known to be no primary (unless it fenced
+// it as the primary: a spell ends only on a permit that lets the primary
+// write, the daemon finishing the fence). It looks again
 // at least every Margin/2 of the permit read.
 func Watch(in WatchInput) WatchVerdict {
 	next := in.Poll
@@ -176,7 +181,11 @@ func Watch(in WatchInput) WatchVerdict {
 	armed := (in.Armed || in.Published) && !in.Newer
 	v := WatchVerdict{Armed: armed, Next: next}
 	switch {
-	case in.Secondary:
+	case in.Secondary && !in.Fencing:
+		// (Fenced as the primary, then taken over: the spell goes on by
+		// the permit as for a primary, stopping any new holder, since on
+		// zfs-fuse a read-only dataset still takes appends, until the
+		// node's daemon is back and finishes the fence.)
 		v.Reason = "the replica here is not the active primary"
 		return v
 	case in.Newer:

@@ -33,6 +33,8 @@ func TestTheWatchdogFencesOnceTheGuardsDeadlineHasPassedOrWhenItsPermitWentAway(
 		{"armed, deadline passed", WatchInput{Armed: true, Published: true, Permit: p, Volume: "v", Now: 11 * s, Poll: 200 * ms}, true, 200 * ms, "until 1s ago"},
 		{"a secondary, deadline passed", WatchInput{Published: true, Permit: p, Volume: "v", Now: 11 * s, Poll: 200 * ms, Secondary: true}, false, 200 * ms, "not the active primary"},
 		{"a secondary, no permit", WatchInput{Volume: "v", Now: 11 * s, Poll: 200 * ms, Secondary: true}, false, 200 * ms, "not the active primary"},
+		{"fenced as the primary, then known as a secondary: still fenced", WatchInput{Published: true, Permit: p, Volume: "v", Now: 11 * s, Poll: 200 * ms, Secondary: true, Fencing: true}, true, 200 * ms, "until 1s ago"},
+		{"fenced, then known as a secondary, the deadline ahead again: the spell ends", WatchInput{Published: true, Permit: p, Volume: "v", Now: 9 * s, Poll: 200 * ms, Secondary: true, Fencing: true}, false, 200 * ms, "more"},
 		{"a period longer than half the margin is cut to it", WatchInput{Published: true, Permit: p, Volume: "v", Now: 5 * s, Poll: time.Second}, false, 250 * ms, "more"},
 		{"a period of nothing is a millisecond", WatchInput{Published: true, Permit: p, Volume: "v", Now: 5 * s}, false, ms, "more"},
 	}
