@@ -1,21 +1,17 @@
 package liveness
 
 import (
-	"bufio"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ferry-csi/ferry/tests/scripttest"
+
 	"github.com/ferry-csi/ferry/domain/replica"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
 
 // TestLivenessScripts replays the scripts in testdata/: lease-level races
 // between nodes, each on its own clock (every at= is an instant on the
@@ -59,13 +55,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	                                for a released volume)
 //	print                           the shared state
 func TestLivenessScripts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no scripts in testdata/")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
+	scripttest.Each(t, func() scripttest.Runner {
+		env := newScriptEnv()
+		return func(out *strings.Builder, f []string) error {
+			env.out = out
+			return env.run(f)
+		}
+	})
 }
 
 type scriptEnv struct {
@@ -80,47 +76,10 @@ type scriptEnv struct {
 	out       *strings.Builder
 }
 
-func runScript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &scriptEnv{state: replica.State{Volume: "v", ReplicationFactor: 2}, lease: map[replica.Node]int{}, until: map[replica.Node]time.Duration{},
+func newScriptEnv() *scriptEnv {
+	return &scriptEnv{state: replica.State{Volume: "v", ReplicationFactor: 2}, lease: map[replica.Node]int{}, until: map[replica.Node]time.Duration{},
 		observers: map[replica.Node]*Observer{}, views: map[replica.Node]replica.State{}, ledgers: map[replica.Node]*Ledger{},
 		promises: map[replica.Node][]Promise{}, decided: map[replica.Node][]Takeover{}}
-	var rewritten strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			rewritten.WriteString(line + "\n")
-			continue
-		}
-		if sc.Scan() && sc.Text() != "----" {
-			t.Fatalf("%s: command %q is not followed by ----", path, line)
-		}
-		var want []string
-		for sc.Scan() && sc.Text() != "" {
-			want = append(want, sc.Text())
-		}
-		env.out = &strings.Builder{}
-		if err := env.run(strings.Fields(line)); err != nil {
-			fmt.Fprintf(env.out, "error: %v\n", err)
-		}
-		got := strings.TrimRight(env.out.String(), "\n")
-		if got == "" {
-			got = "ok"
-		}
-		rewritten.WriteString(line + "\n----\n" + got + "\n\n")
-		if !*rewrite && got != strings.Join(want, "\n") {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, line, got, strings.Join(want, "\n"))
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // parseSnap reads N@EPOCH (its GUID made up from both).

@@ -1,19 +1,15 @@
 package replica
 
 import (
-	"bufio"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
+	"github.com/ferry-csi/ferry/tests/scripttest"
+)
 
 // TestMachineScripts replays the scripts in testdata/: each is a sequence
 // of commands, each followed by "----" and the output it must print. Run
@@ -58,13 +54,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	readable NODE...                  NODE reads the shared state again
 //	print                             the shared state and every store
 func TestMachineScripts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no scripts in testdata/")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
+	scripttest.Each(t, func() scripttest.Runner {
+		env := newScriptEnv()
+		return func(out *strings.Builder, f []string) error {
+			env.out = out
+			return env.run(f)
+		}
+	})
 }
 
 type scriptEnv struct {
@@ -80,48 +76,6 @@ type scriptEnv struct {
 	inFlight map[Node]Action    // transfers in flight
 	decided  map[Node]Action    // decided on an earlier view, not yet carried out
 	blind    map[Node]bool      // cannot read (nor write) the shared state
-}
-
-func runScript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}, blind: map[Node]bool{}}
-	var rewritten strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			rewritten.WriteString(line + "\n")
-			continue
-		}
-		var want []string
-		if sc.Scan() && sc.Text() != "----" {
-			t.Fatalf("%s: command %q is not followed by ----", path, line)
-		}
-		for sc.Scan() && sc.Text() != "" {
-			want = append(want, sc.Text())
-		}
-		env.out = &strings.Builder{}
-		if err := env.run(strings.Fields(line)); err != nil {
-			fmt.Fprintf(env.out, "error: %v\n", err)
-		}
-		got := strings.TrimRight(env.out.String(), "\n")
-		if got == "" {
-			got = "ok"
-		}
-		rewritten.WriteString(line + "\n----\n" + got + "\n\n")
-		if !*rewrite && got != strings.Join(want, "\n") {
-			t.Errorf("%s: %s\ngot:\n%s\nwant:\n%s", path, line, got, strings.Join(want, "\n"))
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(rewritten.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func kv(args []string) map[string]string {

@@ -22,7 +22,7 @@ func runLines(t *testing.T, env *scriptEnv, lines ...string) string {
 
 func newScriptEnv() *scriptEnv {
 	return &scriptEnv{machines: map[Node]*Machine{}, local: map[Node][]Snap{}, guid: 100, failNext: map[Node][2]string{},
-		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}}
+		dirty: map[Node]bool{}, slow: map[Node]bool{}, inFlight: map[Node]Action{}, decided: map[Node]Action{}, canTell: map[Node]bool{}, blind: map[Node]bool{}}
 }
 
 // The primary a dies while its two secondaries are receiving its newest
