@@ -9,15 +9,39 @@ package replica
 // longer than the retention window start over forever). A base or target
 // is released only once its replica reported a newer snapshot or left.
 // The newest local snapshot is always kept.
+//
+// A base or target that is no longer here (destroyed before the report
+// naming it landed: the sender pruned snapshots a replica fetched during
+// an API server outage, unreported) keeps the newest local snapshot older
+// than it instead: that replica rolls back to a snapshot it shares with
+// this copy, which is that one or older, and fetches on top of it;
+// destroying it too would leave the replica nothing in common, a full
+// copy again.
 func Retain(local []Snap, s State, keep int) (destroy []Snap) {
 	local = sorted(local)
+	here := map[Snap]bool{}
+	for _, sn := range local {
+		here[Snap{Number: sn.Number, Epoch: sn.Epoch}] = true
+	}
 	needed := map[Snap]bool{}
+	need := func(n Snap) {
+		needed[n] = true
+		if here[n] {
+			return
+		}
+		for i := len(local) - 1; i >= 0; i-- {
+			if n.Newer(local[i]) {
+				needed[Snap{Number: local[i].Number, Epoch: local[i].Epoch}] = true
+				return
+			}
+		}
+	}
 	for _, r := range s.Replicas {
 		if r.Snapshot != 0 {
-			needed[Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch}] = true
+			need(Snap{Number: r.Snapshot, Epoch: r.SnapshotEpoch})
 		}
 		if r.Fetching.Number != 0 {
-			needed[Snap{Number: r.Fetching.Number, Epoch: r.Fetching.Epoch}] = true
+			need(Snap{Number: r.Fetching.Number, Epoch: r.Fetching.Epoch})
 		}
 	}
 	keep = max(keep, 1)

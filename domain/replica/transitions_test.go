@@ -192,3 +192,27 @@ func TestAReplicaWhoseReceivedSnapshotThePeerPrunedRecovers(t *testing.T) {
 		t.Fatalf("plan %v (%s): want a replace, never a permanent conflict", p.Kind, p.Reason)
 	}
 }
+
+// A secondary fetched 5, 6 and 7 while the API server was away and
+// reported nothing; the primary pruned them all before its report of 7
+// landed. The report moves its base to 7, which the primary no longer
+// holds: the primary keeps 3, the newest it holds older than 7 (the
+// secondary's old base), which the secondary rolls back to; destroying it
+// left the secondary nothing in common with the primary, a full copy
+// again (tests/replication's outage test saw it on a loaded machine).
+func TestRetainKeepsWhatAReplicaReportedPastTheSnapshotsItNoLongerHasInCommon(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 10, SnapshotEpoch: 1, Active: true},
+		{Node: "b", Snapshot: 7, SnapshotEpoch: 1},
+	}}
+	local := snaps([3]uint64{1, 1, 1}, [3]uint64{3, 3, 1}, [3]uint64{8, 8, 1}, [3]uint64{9, 9, 1}, [3]uint64{10, 10, 1})
+	destroy := Retain(local, s, 3)
+	if len(destroy) != 1 || destroy[0].Number != 1 {
+		t.Fatalf("destroy %v; want only 1 (3 is what b shares with a once it rolls back from 7)", destroy)
+	}
+	// A fetch target pruned likewise keeps the newest older one too.
+	s.Replicas[1] = Replica{Node: "b", Snapshot: 1, SnapshotEpoch: 1, Fetching: Snap{Number: 7, Epoch: 1}}
+	if destroy := Retain(local, s, 3); len(destroy) != 0 {
+		t.Fatalf("destroy %v; want none (1 is b's base, 3 the newest older than its target 7)", destroy)
+	}
+}

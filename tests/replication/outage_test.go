@@ -113,7 +113,7 @@ func TestTheSecondariesKeepFetchingWhileTheSharedStateCannotBeRead(t *testing.T)
 	// and fetches again (ARCHITECTURE 5.6, step 9).
 	for _, n := range []replica.Node{"b", "c"} {
 		if c.logHas(n, "replacing") {
-			t.Errorf("%s replaced its copy across the outage", n)
+			t.Errorf("%s replaced its copy across the outage: %v; the primary's retention: %v", n, c.logEntries(n, "replacing"), c.logEntries("a", "old snapshots destroyed"))
 		}
 		if c.logHas(n, "rolling back") {
 			t.Logf("%s rolled back snapshots the primary pruned before its report landed", n)
