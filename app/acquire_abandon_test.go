@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -139,7 +140,7 @@ func TestAnAcquireGivenUpWhileAnotherIsActiveIsAbandoned(t *testing.T) {
 	pcancel()
 	select {
 	case err := <-answer:
-		if !errors.Is(err, app.ErrPending) {
+		if !errors.Is(err, refusal.ErrPending) {
 			t.Fatalf("Acquire given up: %v, want ErrPending", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/volumelock"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -52,7 +54,7 @@ type Controller struct {
 	cfg    Config
 	store  ports.SnapshotStore
 	mounts ports.MountTable
-	locks  *Locks
+	locks  *volumelock.Locks
 	log    *zap.Logger
 	// cluster and workload, when set, replicate volumes whose replication
 	// factor is 2 or more (EnableReplication).
@@ -67,7 +69,7 @@ type Controller struct {
 // mount table of the node the store is on: in this stage it tells whether
 // a volume is published (DeleteVolume refuses a volume in use).
 func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Controller {
-	return &Controller{cfg: cfg, store: store, mounts: mounts, locks: NewLocks(), log: log}
+	return &Controller{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
 }
 
 // EnableReplication makes CreateVolume replicate volumes whose replication
@@ -156,7 +158,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 
 	unlock, ok := c.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return Volume{}, fmt.Errorf("create volume %s: %w", id, ErrPending)
+		return Volume{}, fmt.Errorf("create volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 
@@ -173,11 +175,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 	case err == nil:
 		if !req.Capacity.Fits(existing.CapacityBytes) || existing.Metadata[ports.MetaParams] != meta[ports.MetaParams] ||
 			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
-			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], ErrIncompatible)
+			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], refusal.ErrIncompatible)
 		}
 		return c.replicate(ctx, c.volume(existing, params, req), params)
 	case errors.Is(err, ports.ErrNotOwned):
-		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, ErrPrecondition)
+		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, refusal.ErrPrecondition)
 	case !errors.Is(err, ports.ErrNotFound):
 		return Volume{}, err
 	}
@@ -327,7 +329,7 @@ func checkCapabilities(caps []volume.Capability) error {
 	}
 	for _, c := range caps {
 		if ok, why := c.Supported(); !ok {
-			return fmt.Errorf("%s: %w", why, ErrUnsupported)
+			return fmt.Errorf("%s: %w", why, refusal.ErrUnsupported)
 		}
 	}
 	return nil
@@ -350,7 +352,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 	}
 	unlock, ok := c.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return fmt.Errorf("delete volume %s: %w", id, ErrPending)
+		return fmt.Errorf("delete volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 	snaps, err := c.store.ListSnapshots(ctx, id)
@@ -359,14 +361,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 	case errors.Is(err, ports.ErrNotFound):
 		local = false // a replicated volume may still have copies elsewhere
 	case errors.Is(err, ports.ErrNotOwned):
-		return fmt.Errorf("volume %s: %w: %w", id, ErrPrecondition, err)
+		return fmt.Errorf("volume %s: %w: %w", id, refusal.ErrPrecondition, err)
 	case err != nil:
 		return err
 	}
 	if local {
 		for _, s := range snaps {
 			if ref, ok := volume.SnapshotRefFromStore(id, s.Name, s.Metadata[ports.MetaSnapshotName]); ok {
-				return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), ErrPrecondition)
+				return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), refusal.ErrPrecondition)
 			}
 		}
 		switch err := c.checkNotInUse(ctx, id); {
@@ -403,7 +405,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 			return nil
 		}
 		if errors.Is(err, ports.ErrBusy) {
-			return fmt.Errorf("volume %s is in use: %w: %w", id, ErrPrecondition, err)
+			return fmt.Errorf("volume %s is in use: %w: %w", id, refusal.ErrPrecondition, err)
 		}
 		return err
 	}
@@ -429,7 +431,7 @@ func (c *Controller) checkNotInUse(ctx context.Context, id volume.ID) error {
 		}
 	}
 	if v := volume.MayDelete(use); !v.Allowed() {
-		return fmt.Errorf("volume %s is %s; unpublish it first: %w", id, v, ErrPrecondition)
+		return fmt.Errorf("volume %s is %s; unpublish it first: %w", id, v, refusal.ErrPrecondition)
 	}
 	return nil
 }
@@ -447,7 +449,7 @@ func (c *Controller) ExpandVolume(ctx context.Context, volumeID string, r volume
 	}
 	unlock, ok := c.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return 0, fmt.Errorf("expand volume %s: %w", id, ErrPending)
+		return 0, fmt.Errorf("expand volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 	info, err := c.store.GetVolume(ctx, id)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/ports/mocks"
@@ -89,7 +90,7 @@ func TestCreateVolumeRefusesBadRequestsWithoutTouchingTheStore(t *testing.T) {
 			c, _ := newController(t) // no expectations: any store call fails the test
 			_, err := c.CreateVolume(ctx, req)
 			var inv *volume.InvalidError
-			if !errors.As(err, &inv) && !errors.Is(err, app.ErrUnsupported) {
+			if !errors.As(err, &inv) && !errors.Is(err, refusal.ErrUnsupported) {
 				t.Fatalf("err = %v, want an InvalidError or ErrUnsupported", err)
 			}
 		})
@@ -118,12 +119,12 @@ func TestCreateVolumeRetriedReturnsTheSameVolumeAndAConflictingOneIsRefused(t *t
 	}
 	bigger := req
 	bigger.Capacity.RequiredBytes = 2 * volume.GiB
-	if _, err := c.CreateVolume(ctx, bigger); !errors.Is(err, app.ErrIncompatible) {
+	if _, err := c.CreateVolume(ctx, bigger); !errors.Is(err, refusal.ErrIncompatible) {
 		t.Fatalf("larger size: %v, want ErrIncompatible", err)
 	}
 	otherParams := req
 	otherParams.Parameters = map[string]string{"defaultReplicationFactor": "3"}
-	if _, err := c.CreateVolume(ctx, otherParams); !errors.Is(err, app.ErrIncompatible) {
+	if _, err := c.CreateVolume(ctx, otherParams); !errors.Is(err, refusal.ErrIncompatible) {
 		t.Fatalf("other parameters: %v, want ErrIncompatible", err)
 	}
 }
@@ -132,7 +133,7 @@ func TestCreateVolumeNeverAdoptsADatasetFerryDidNotCreate(t *testing.T) {
 	c, store := newController(t)
 	store.EXPECT().GetVolume(gomock.Any(), gomock.Any()).Return(ports.VolumeInfo{}, fmt.Errorf("x: %w", ports.ErrNotOwned))
 	_, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw})
-	if !errors.Is(err, app.ErrPrecondition) {
+	if !errors.Is(err, refusal.ErrPrecondition) {
 		t.Fatalf("err = %v, want ErrPrecondition", err)
 	}
 }
@@ -155,7 +156,7 @@ func TestACopyThatFailsHalfwayIsDestroyed(t *testing.T) {
 func TestDeleteVolumeKeepsAVolumeWithCSISnapshotsButNotForReplicationSnapshots(t *testing.T) {
 	c, store, mounts := newControllerWithMounts(t)
 	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}, {Volume: "v", Name: "csi-keep"}}, nil)
-	if err := c.DeleteVolume(ctx, "v"); !errors.Is(err, app.ErrPrecondition) {
+	if err := c.DeleteVolume(ctx, "v"); !errors.Is(err, refusal.ErrPrecondition) {
 		t.Fatalf("err = %v, want ErrPrecondition", err)
 	}
 	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("v")).Return([]ports.SnapshotInfo{{Volume: "v", Name: "ferry-1-3"}}, nil)
@@ -181,7 +182,7 @@ func TestDeleteVolumeRefusesAVolumeMountedForAPodAndDestroysNothing(t *testing.T
 	mounts.EXPECT().MountsOf("ferry/ferry/v").Return([]string{"/ferry/ferry/v", "/var/lib/kubelet/pods/p/mount"}, nil)
 	// No DestroyVolume expected: gomock fails the test if it is called.
 	err := c.DeleteVolume(ctx, "v")
-	if !errors.Is(err, app.ErrPrecondition) || !strings.Contains(err.Error(), "/var/lib/kubelet/pods/p/mount") {
+	if !errors.Is(err, refusal.ErrPrecondition) || !strings.Contains(err.Error(), "/var/lib/kubelet/pods/p/mount") {
 		t.Fatalf("err = %v, want ErrPrecondition naming the pod's mount", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -40,7 +41,7 @@ func (c *Controller) copyFromVolume(ctx context.Context, t newVolume, sourceID s
 	}
 	unlock, ok := c.locks.TryLock("volume/" + string(src))
 	if !ok {
-		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, ErrPending)
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, refusal.ErrPending)
 	}
 	defer unlock()
 	info, err := c.store.GetVolume(ctx, src)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 )
 
 // A pod moves from a to b: a publish on b waits while a is the active
@@ -23,7 +24,7 @@ func TestHandoverMovesTheLastWriteAndNeverMakesTwoPrimaries(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	err := c.reps["b"].Acquire(short)
 	cancel()
-	if !errors.Is(err, app.ErrPending) {
+	if !errors.Is(err, refusal.ErrPending) {
 		t.Fatalf("publish on b while a is active: %v, want ErrPending", err)
 	}
 	st, _ := c.state.Get(ctx, volID)

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/volumelock"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -20,7 +22,7 @@ type Node struct {
 	cfg   Config
 	store ports.SnapshotStore
 	mount ports.Mounter
-	locks *Locks
+	locks *volumelock.Locks
 	log   *zap.Logger
 	// repl, when set, hands replicated volumes over (EnableReplication).
 	repl *NodeReplication
@@ -34,7 +36,7 @@ func NewNode(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *za
 	if cfg.KubeletDir == "" {
 		cfg.KubeletDir = volume.DefaultKubeletDir
 	}
-	return &Node{cfg: cfg, store: store, mount: mount, locks: NewLocks(), log: log}
+	return &Node{cfg: cfg, store: store, mount: mount, locks: volumelock.New(), log: log}
 }
 
 // NodeID is the node's CSI node_id.
@@ -67,7 +69,7 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 		return err
 	}
 	if ok, why := req.Capability.Supported(); !ok {
-		return fmt.Errorf("%s: %w", why, ErrUnsupported)
+		return fmt.Errorf("%s: %w", why, refusal.ErrUnsupported)
 	}
 	readOnly := req.ReadOnly || req.Capability.Mode.ReadOnly()
 	if err := n.waitPrepared(ctx, id); err != nil {
@@ -75,7 +77,7 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 	}
 	unlock, ok := n.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return fmt.Errorf("publish volume %s: %w", id, ErrPending)
+		return fmt.Errorf("publish volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 	info, err := n.store.GetVolume(ctx, id)
@@ -96,7 +98,7 @@ func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
 		if m.Source == info.MountSource && m.ReadOnly == readOnly {
 			return nil
 		}
-		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, ErrIncompatible)
+		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, refusal.ErrIncompatible)
 	}
 	if !readOnly {
 		repl, err := n.replicated(ctx, id)
@@ -149,7 +151,7 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 	}
 	unlock, ok := n.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return fmt.Errorf("unpublish volume %s: %w", id, ErrPending)
+		return fmt.Errorf("unpublish volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 	log := n.log.With(zap.String("volume", string(id)), zap.String("target", target.Path()))
@@ -174,7 +176,7 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 		// volume's own mount.
 		if m.Source != ports.FencedMountSource && (source == "" || m.Source != source) {
 			log.Warn("target holds a mount that is not this volume's: left alone", zap.String("source", m.Source))
-			return fmt.Errorf("target %s holds %s, not volume %s; it is left alone: %w", target.Path(), m.Source, id, ErrPrecondition)
+			return fmt.Errorf("target %s holds %s, not volume %s; it is left alone: %w", target.Path(), m.Source, id, refusal.ErrPrecondition)
 		}
 		if i == maxStacked {
 			return fmt.Errorf("volume %s is still mounted at %s after %d unmounts", id, target.Path(), i)
@@ -282,7 +284,7 @@ func (n *Node) Expand(ctx context.Context, volumeID, p string, want *volume.Capa
 	}
 	unlock, ok := n.locks.TryLock("volume/" + string(id))
 	if !ok {
-		return 0, fmt.Errorf("expand volume %s: %w", id, ErrPending)
+		return 0, fmt.Errorf("expand volume %s: %w", id, refusal.ErrPending)
 	}
 	defer unlock()
 	info, err := n.store.GetVolume(ctx, id)

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -87,7 +88,7 @@ func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
 	}
 	msg := fmt.Sprintf("node %s holds no replica of volume %s; it may be used on %v", n.cfg.Node, id, placement.UsableOn(st))
 	n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "NoReplicaHere", Message: msg})
-	return fmt.Errorf("%s: %w", msg, ErrPrecondition)
+	return fmt.Errorf("%s: %w", msg, refusal.ErrPrecondition)
 }
 
 // acquire makes this node's replica of id the active primary (seed 000):
@@ -144,7 +145,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 			}
 			return fmt.Errorf("%v: %w", err, ports.ErrNotPrimary)
 		} else if err != nil {
-			return fmt.Errorf("the replica here is the primary, but the publish could not be recorded: %v: %w", err, ErrPending)
+			return fmt.Errorf("the replica here is the primary, but the publish could not be recorded: %v: %w", err, refusal.ErrPending)
 		}
 	}
 	step("claimed")
@@ -291,7 +292,7 @@ func (n *Node) waitPrepared(ctx context.Context, id volume.ID) error {
 	case <-v.(chan struct{}):
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("volume %s is being prepared for its new primary: %w", id, ErrPending)
+		return fmt.Errorf("volume %s is being prepared for its new primary: %w", id, refusal.ErrPending)
 	}
 }
 
@@ -315,7 +316,7 @@ func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise
 	if why := info.Metadata[ports.MetaWritesLocked]; why != "" && n.repl.WriteLock != nil {
 		// The active primary here, with its claim granted: it writes.
 		if err := n.repl.WriteLock.UnlockWrites(ctx, id); err != nil {
-			return fmt.Errorf("the replica of volume %s on %s is the primary, but the write lock its watchdog left (%s) was not lifted: %v: %w", id, n.cfg.Node, why, err, ErrPending)
+			return fmt.Errorf("the replica of volume %s on %s is the primary, but the write lock its watchdog left (%s) was not lifted: %v: %w", id, n.cfg.Node, why, err, refusal.ErrPending)
 		}
 		log.Info("write lock lifted: the replica here is the active primary", zap.String("locked because", why))
 	}
@@ -336,7 +337,7 @@ func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise
 		if raise {
 			n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: msg})
 		}
-		return fmt.Errorf("%s: %v: %w", msg, err, ErrPending)
+		return fmt.Errorf("%s: %v: %w", msg, err, refusal.ErrPending)
 	}
 	if rec, ok := verdict.Record(); ok {
 		// Without the record, a later publish of this term remounts again

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -129,7 +130,7 @@ func TestAPublishWhereNoReplicaIsIsAPreconditionFailure(t *testing.T) {
 	r := newReplNode(t)
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{}, notFound("v"))
 	err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
-	if !errors.Is(err, app.ErrPrecondition) {
+	if !errors.Is(err, refusal.ErrPrecondition) {
 		t.Fatalf("publish without a local copy: %v, want ErrPrecondition", err)
 	}
 	if got := r.events.reasons(); len(got) != 1 || got[0] != "NoReplicaHere" {
@@ -229,7 +230,7 @@ func TestAPublishWhoseRemountFailedRemountsOnItsRetry(t *testing.T) {
 	)
 	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil)
 	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}
-	if err := r.n.Publish(ctx, req); !errors.Is(err, app.ErrPending) {
+	if err := r.n.Publish(ctx, req); !errors.Is(err, refusal.ErrPending) {
 		t.Fatalf("publish whose remount was refused: %v, want ErrPending", err)
 	}
 	if got := r.events.reasons(); len(got) != 1 || got[0] != "RemountRefused" {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/ports/mocks"
@@ -46,7 +47,7 @@ func TestPublishAgainTheSameWayMountsNothingAndAnotherWayIsRefused(t *testing.T)
 		t.Fatalf("same publish again: %v", err)
 	}
 	req.ReadOnly = true
-	if err := n.Publish(ctx, req); !errors.Is(err, app.ErrIncompatible) {
+	if err := n.Publish(ctx, req); !errors.Is(err, refusal.ErrIncompatible) {
 		t.Fatalf("read-only over read-write: %v, want ErrIncompatible", err)
 	}
 }
@@ -90,7 +91,7 @@ func TestUnpublishLeavesAMountThatIsNotTheVolumesAlone(t *testing.T) {
 			store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(c.vol, c.err)
 			mnt.EXPECT().MountAt(podTarget).Return(c.mount, true, nil)
 			// No Unmount, no RemoveDir expected.
-			if err := n.Unpublish(ctx, "v", podTarget); !errors.Is(err, app.ErrPrecondition) {
+			if err := n.Unpublish(ctx, "v", podTarget); !errors.Is(err, refusal.ErrPrecondition) {
 				t.Fatalf("err = %v, want ErrPrecondition", err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -208,7 +209,7 @@ func (w *remountWorld) publish(pod string, readOnly bool) error {
 // kubelet retries) and mounts nothing there.
 func (w *remountWorld) wantRefused(pod string) {
 	w.t.Helper()
-	if err := w.publish(pod, false); !errors.Is(err, app.ErrPending) {
+	if err := w.publish(pod, false); !errors.Is(err, refusal.ErrPending) {
 		w.t.Fatalf("read/write publish of %s next to a mount of the copy from before its receives: %v, want ErrPending (remount refused, retried)", pod, err)
 	}
 	if _, mounted, _ := w.host.MountAt(target(pod)); mounted {
@@ -402,7 +403,7 @@ func TestAPreparationRefusedLeavesTheRemountToThePublish(t *testing.T) {
 	if _, err := w.states.Update(ctx, "v", func(s *replica.State) error { return replica.Takeover(s, cfg.Node, "node-2", 1) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.n.PrepareWriter(ctx, "v"); !errors.Is(err, app.ErrPending) {
+	if err := w.n.PrepareWriter(ctx, "v"); !errors.Is(err, refusal.ErrPending) {
 		t.Fatalf("preparation next to a read-only pod: %v, want the remount refused (ErrPending)", err)
 	}
 	w.wantRefusals(0, "")

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -371,7 +372,7 @@ func (r *Replicator) giveUp(since uint64) error {
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return fmt.Errorf("replica of volume %s on %s: its promotion did not finish in %s: %w", r.cfg.Volume, r.cfg.Node, MaxPromoteWait, ErrPending)
+			return fmt.Errorf("replica of volume %s on %s: its promotion did not finish in %s: %w", r.cfg.Volume, r.cfg.Node, MaxPromoteWait, refusal.ErrPending)
 		}
 		r.mu.Lock()
 	}
@@ -384,7 +385,7 @@ func (r *Replicator) giveUp(since uint64) error {
 	if waiting == "" {
 		waiting = "its own catching up"
 	}
-	return fmt.Errorf("replica of volume %s on %s is not the primary yet, waiting for %s: %w", r.cfg.Volume, r.cfg.Node, waiting, ErrPending)
+	return fmt.Errorf("replica of volume %s on %s is not the primary yet, waiting for %s: %w", r.cfg.Volume, r.cfg.Node, waiting, refusal.ErrPending)
 }
 
 // MaxPromoteWait bounds how long an Acquire given up waits for a
@@ -410,7 +411,7 @@ func (r *Replicator) ReleaseAndWait(ctx context.Context) error {
 			if why == "" {
 				why = "no error yet"
 			}
-			return fmt.Errorf("release of volume %s on %s not finished (%s): %w", r.cfg.Volume, r.cfg.Node, why, ErrPending)
+			return fmt.Errorf("release of volume %s on %s not finished (%s): %w", r.cfg.Volume, r.cfg.Node, why, refusal.ErrPending)
 		}
 	}
 }

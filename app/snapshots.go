@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -68,7 +69,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, name, sourceVolumeID st
 	}
 	unlock, ok := c.locks.TryLock("snapshot/"+name, "volume/"+string(src))
 	if !ok {
-		return Snapshot{}, fmt.Errorf("create snapshot %s: %w", name, ErrPending)
+		return Snapshot{}, fmt.Errorf("create snapshot %s: %w", name, refusal.ErrPending)
 	}
 	defer unlock()
 	all, err := c.csiSnapshots(ctx, "")
@@ -81,7 +82,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, name, sourceVolumeID st
 			continue
 		}
 		if s.SourceVolumeID != src {
-			return Snapshot{}, fmt.Errorf("snapshot %s exists for volume %s: %w", name, s.SourceVolumeID, ErrIncompatible)
+			return Snapshot{}, fmt.Errorf("snapshot %s exists for volume %s: %w", name, s.SourceVolumeID, refusal.ErrIncompatible)
 		}
 		return s, nil
 	}
@@ -106,7 +107,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, snapshotID string) erro
 	}
 	unlock, ok := c.locks.TryLock("snapshot/"+ref.Name, "volume/"+string(ref.Volume))
 	if !ok {
-		return fmt.Errorf("delete snapshot %s: %w", ref.ID(), ErrPending)
+		return fmt.Errorf("delete snapshot %s: %w", ref.ID(), refusal.ErrPending)
 	}
 	defer unlock()
 	err = c.store.DestroySnapshot(ctx, ref.Volume, ref.StoreName())
@@ -117,7 +118,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, snapshotID string) erro
 	case errors.Is(err, ports.ErrNotFound):
 		return nil
 	case errors.Is(err, ports.ErrBusy), errors.Is(err, ports.ErrNotOwned):
-		return fmt.Errorf("snapshot %s: %w: %w", ref.ID(), ErrPrecondition, err)
+		return fmt.Errorf("snapshot %s: %w: %w", ref.ID(), refusal.ErrPrecondition, err)
 	default:
 		return err
 	}

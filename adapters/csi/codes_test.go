@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -24,16 +25,16 @@ func TestEveryTypedErrorMapsToItsCSICode(t *testing.T) {
 	}{
 		{&volume.InvalidError{Field: "name", Reason: "bad"}, codes.InvalidArgument},
 		{ports.ErrInvalid, codes.InvalidArgument},
-		{app.ErrUnsupported, codes.InvalidArgument},
+		{refusal.ErrUnsupported, codes.InvalidArgument},
 		{ports.ErrNotFound, codes.NotFound},
-		{app.ErrIncompatible, codes.AlreadyExists},
+		{refusal.ErrIncompatible, codes.AlreadyExists},
 		{ports.ErrExists, codes.AlreadyExists},
 		{volume.ErrOutOfRange, codes.OutOfRange},
 		{ports.ErrNoSpace, codes.ResourceExhausted},
-		{app.ErrPrecondition, codes.FailedPrecondition},
+		{refusal.ErrPrecondition, codes.FailedPrecondition},
 		{ports.ErrNotOwned, codes.FailedPrecondition},
 		{ports.ErrBusy, codes.FailedPrecondition},
-		{app.ErrPending, codes.Aborted},
+		{refusal.ErrPending, codes.Aborted},
 		{ports.ErrNotPrimary, codes.Aborted},
 		{app.ErrInvalidToken, codes.Aborted},
 		{ports.ErrConflict, codes.Aborted},

@@ -1,9 +1,14 @@
-package app
+// Package refusal names why a use case refuses a call it may well see
+// again: another operation on the same object in progress, a retry that
+// asks for something else than the first call, a state that forbids the
+// call, a request Ferry does not serve. They add to the errors of the
+// domain (volume.InvalidError, volume.ErrOutOfRange) and of the ports
+// (ports.ErrNotFound, ...); the CSI adapter maps each to its gRPC code in
+// one place (adapters/csi/codes.go).
+package refusal
 
 import "errors"
 
-// Errors the use cases add to those of the domain (volume.InvalidError,
-// volume.ErrOutOfRange) and of the ports (ports.ErrNotFound, ...).
 var (
 	// ErrIncompatible: an object of that name exists with other attributes
 	// (size, parameters, source); the request is not a retry of the first.

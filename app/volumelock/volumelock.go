@@ -1,17 +1,20 @@
-package app
+// Package volumelock serialises the use cases' operations per volume or
+// snapshot name. A busy name is refused at once rather than waited on: CSI
+// callers retry with backoff, and a queue of waiters would outlive their
+// callers' deadlines.
+package volumelock
 
 import "sync"
 
-// Locks serialises operations per key (a volume or snapshot name). A busy
-// key is refused at once rather than waited on: CSI callers retry with
-// backoff, and a queue of waiters would outlive their callers' deadlines.
+// Locks serialises operations per key (a volume or snapshot name); a busy
+// key is refused, not waited on.
 type Locks struct {
 	mu   sync.Mutex
 	held map[string]struct{}
 }
 
-// NewLocks returns an empty lock table.
-func NewLocks() *Locks { return &Locks{held: map[string]struct{}{}} }
+// New returns an empty lock table.
+func New() *Locks { return &Locks{held: map[string]struct{}{}} }
 
 // TryLock takes every key or none, and returns the function that releases
 // them; ok is false when one of the keys is held.
