@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -54,7 +55,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 		}
 		replicas = tpl.Namespace
 		leave := func(ctx context.Context, id volume.ID) error {
-			return app.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
+			return replication.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
 		}
 		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), leave, log.Named("adopt"))
 	}

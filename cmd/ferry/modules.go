@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -213,7 +214,7 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, log, "volume-manager", false)
 			},
-			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*app.Replicator, error) {
+			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 				return replicator(o, s, c, t, events, log)
 			},
 		),
@@ -221,12 +222,12 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
 				return peerServer(lc, o, s, nil, log)
 			},
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
-			func(lc fx.Lifecycle, r *app.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+			func(lc fx.Lifecycle, r *replication.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 				return runWatchdog(lc, o, r, s, lock, events, log)
 			},
 		),

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"go.uber.org/mock/gomock"
 	"go.uber.org/zap"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -113,7 +113,7 @@ func TestAPrimarysWatchdogFencesOnceItsDeadlinePassedAndNotBefore(t *testing.T) 
 	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{}
 	mounts := &mountsOf{points: []string{info.MountPath, pod}}
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID, Poll: time.Second}, desk, desk, func() bool { return false },
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "a", Volume: volID, Poll: time.Second}, desk, desk, func() bool { return false },
 		c.stores["a"], mounts, c.stores["a"], stopper, c.events, zap.NewNop())
 
 	desk.set(10*time.Second, 9*time.Second)
@@ -189,7 +189,7 @@ func TestAWatchdogFencesNothingUntilItHasReadAPermitAndFencesWhenItGoes(t *testi
 	ctrl := gomock.NewController(t)
 	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{err: ports.ErrNotFound}
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
 		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, c.stores["a"], stopper, c.events, zap.NewNop())
 	for range 3 {
 		w.Check(ctx) // the stopper mock expects nothing yet
@@ -252,7 +252,7 @@ func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	desk := &permitDesk{}
 	desk.set(time.Second, time.Hour)
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, c.reps["b"].Secondary,
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, c.reps["b"].Secondary,
 		c.stores["b"], &mountsOf{}, c.stores["b"], mocks.NewMockHolderStopper(ctrl), c.events, zap.NewNop())
 	if _, err := c.stores["b"].GetVolume(ctx, volID); err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestASecondarysWatchdogDoesNotFence(t *testing.T) {
 	if w.Fencing() || locked(t, c.stores["b"]) != "" {
 		t.Fatal("a secondary's watchdog fenced")
 	}
-	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
+	fresh := replication.New(replication.Config{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
 	if fresh.Secondary() {
 		t.Fatal("a volume manager that has read nothing says it is a secondary")
 	}
@@ -290,7 +290,7 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	}
 	// b's volume manager as it restarts: nothing read yet, then what its
 	// running one has read.
-	fresh := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
+	fresh := replication.New(replication.Config{Node: "b", Volume: volID, Tick: time.Millisecond}, c.stores["b"], c.state, c.net, c.events, zap.NewNop())
 	var read atomic.Bool
 	secondary := func() bool {
 		if read.Load() {
@@ -304,7 +304,7 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	desk := &permitDesk{}
 	desk.set(time.Second, time.Hour) // armed, long passed
 	mounts := &mountsOf{points: []string{info.MountPath, pod}}
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
 		c.stores["b"], mounts, c.stores["b"], stopper, c.events, zap.NewNop())
 	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
 	w.Check(ctx)
@@ -347,7 +347,7 @@ func TestAWatchdogRecordsItsFenceBeforeStoppingAnything(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	stopper := mocks.NewMockHolderStopper(ctrl)
 	desk := &permitDesk{}
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "a", Volume: volID}, desk, desk, func() bool { return false },
 		c.stores["a"], &mountsOf{points: []string{info.MountPath}}, failingLock{}, stopper, c.events, zap.NewNop())
 	desk.set(time.Second, 2*time.Second) // armed, passed
 	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath}).Return([]ports.StoppedProcess{{PID: 42, Command: "app"}}, nil)

@@ -1,4 +1,4 @@
-package app
+package replication
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// ReplicatorConfig configures one replica's volume manager.
-type ReplicatorConfig struct {
+// Config configures one replica's volume manager.
+type Config struct {
 	Node   replica.Node
 	Volume volume.ID
 	// Tick is how often the replica re-reads the shared state and decides.
@@ -48,7 +48,7 @@ type ReplicatorConfig struct {
 // carries out the machine's actions: reports, transfers from peers,
 // rollbacks, snapshots, retention and the safe-deletion protocol.
 type Replicator struct {
-	cfg       ReplicatorConfig
+	cfg       Config
 	store     ports.SnapshotStore
 	cluster   ports.ClusterState
 	transport ports.Transport
@@ -138,9 +138,9 @@ type Status struct {
 	StaleView bool
 }
 
-// NewReplicator returns the volume manager of cfg.Volume's replica on
+// New returns the volume manager of cfg.Volume's replica on
 // cfg.Node.
-func NewReplicator(cfg ReplicatorConfig, store ports.SnapshotStore, cluster ports.ClusterState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
+func New(cfg Config, store ports.SnapshotStore, cluster ports.ClusterState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/replication"
 )
 
 // A pod moves from a to b: a publish on b waits while a is the active
@@ -17,7 +17,7 @@ import (
 func TestHandoverMovesTheLastWriteAndNeverMakesTwoPrimaries(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
-	c.startWith("a", func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
+	c.startWith("a", func(cfg *replication.Config) { cfg.SnapshotInterval = time.Hour })
 	c.start("b")
 	c.eventually("b joined", func() bool { st, _ := c.state.Get(ctx, volID); _, ok := st.Replica("b"); return ok })
 

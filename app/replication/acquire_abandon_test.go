@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -73,7 +73,7 @@ func TestAnAcquireThatAnswersNotPrimaryIsNeverFollowedByItsPromotion(t *testing.
 	}()
 	c.recorder = &recordingState{ClusterState: slow}
 	c.write("a", "v1")
-	c.startWith("a", func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
+	c.startWith("a", func(cfg *replication.Config) { cfg.SnapshotInterval = time.Hour })
 	c.start("b")
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -130,7 +130,7 @@ func TestAnAcquireThatAnswersNotPrimaryIsNeverFollowedByItsPromotion(t *testing.
 func TestAnAcquireGivenUpWhileAnotherIsActiveIsAbandoned(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
-	c.startWith("a", func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
+	c.startWith("a", func(cfg *replication.Config) { cfg.SnapshotInterval = time.Hour })
 	c.start("b")
 	c.eventually("b joined", func() bool { st, _ := c.state.Get(ctx, volID); _, ok := st.Replica("b"); return ok })
 	pctx, pcancel := context.WithCancel(ctx)

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -168,8 +168,8 @@ func fencedSurplus(t *testing.T) *cluster {
 
 // terminator is a's volume manager, not running (stopped by SIGTERM
 // before Terminate), on store.
-func (c *cluster) terminator(n replica.Node, store ports.SnapshotStore) *app.Replicator {
-	return app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3},
+func (c *cluster) terminator(n replica.Node, store ports.SnapshotStore) *replication.Replicator {
+	return replication.New(replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3},
 		store, c.state, c.net, c.events, zap.NewNop())
 }
 

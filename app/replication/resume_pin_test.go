@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -92,7 +92,7 @@ func TestAResumedTransferKeepsTheSnapshotItsTokenNamesPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := &recordingTransport{a: a, state: c.state}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
+	r := replication.New(replication.Config{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
 		resumingStore{c.stores["b"]}, c.state, tr, c.events, zap.NewNop())
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -126,7 +126,7 @@ func TestAfterAnOutageASecondaryReportsAtOnceWhateverItsBackOff(t *testing.T) {
 	c.write("a", "v1")
 	tick := 50 * time.Millisecond
 	for _, n := range []replica.Node{"a", "b"} {
-		c.startWith(n, func(cfg *app.ReplicatorConfig) { cfg.Tick, cfg.SnapshotInterval = tick, 2*tick })
+		c.startWith(n, func(cfg *replication.Config) { cfg.Tick, cfg.SnapshotInterval = tick, 2*tick })
 	}
 	c.eventually("b holds v1 and reported it", func() bool {
 		st, _ := c.state.Get(ctx, volID)
@@ -154,8 +154,8 @@ func TestAfterAnOutageASecondaryReportsAtOnceWhateverItsBackOff(t *testing.T) {
 		b, _ := st.Replica("b")
 		return b.Holds() == fetched
 	}
-	if !within(time.Duration(app.MaxBackoffTicks)*tick/2, reported) {
-		t.Fatalf("b did not report %v within %s of the state's return", fetched, time.Duration(app.MaxBackoffTicks)*tick/2)
+	if !within(time.Duration(replication.MaxBackoffTicks)*tick/2, reported) {
+		t.Fatalf("b did not report %v within %s of the state's return", fetched, time.Duration(replication.MaxBackoffTicks)*tick/2)
 	}
 	t.Logf("b reported %v %s after the state returned", fetched, time.Since(back).Round(time.Millisecond))
 	// A takeover now gives up nothing b fetched during the outage.
@@ -250,7 +250,7 @@ func TestAWatchSilentThroughAnOutageDoesNotStopTheFetching(t *testing.T) {
 	c.stateOverride = o
 	c.write("a", "v1")
 	for _, n := range []replica.Node{"a", "b"} {
-		c.startWith(n, func(cfg *app.ReplicatorConfig) { cfg.Resync = time.Hour })
+		c.startWith(n, func(cfg *replication.Config) { cfg.Resync = time.Hour })
 	}
 	c.eventually("b holds v1 and reported it", func() bool {
 		st, _ := c.state.Get(ctx, volID)

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -41,8 +41,8 @@ func (c *countingStore) ListSnapshots(ctx context.Context, id volume.ID) ([]port
 
 // runIdle runs n's volume manager over its own view of the shared state
 // and store (snapshots only when asked) until the test ends.
-func (c *cluster) runIdle(n replica.Node, state ports.ClusterState, store ports.SnapshotStore) *app.Replicator {
-	r := app.NewReplicator(app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+func (c *cluster) runIdle(n replica.Node, state ports.ClusterState, store ports.SnapshotStore) *replication.Replicator {
+	r := replication.New(replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		store, state, c.net, c.events, zap.NewNop())
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -58,7 +58,7 @@ func TestAnIdleSecondaryReadsNothingUntilTheStateChanges(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
 	// The primary snapshots only when asked: it is idle between requests.
-	c.startWith("a", func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
+	c.startWith("a", func(cfg *replication.Config) { cfg.SnapshotInterval = time.Hour })
 	state := &countingState{Store: c.state}
 	store := &countingStore{Store: c.stores["b"]}
 	b := c.runIdle("b", state, store)

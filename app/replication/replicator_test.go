@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -15,11 +15,13 @@ import (
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/faketransport"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
+
+var ctx = context.Background()
 
 // events records events for assertions.
 type events struct {
@@ -55,7 +57,7 @@ type cluster struct {
 	events        *events
 	cancel        map[replica.Node]context.CancelFunc
 	done          map[replica.Node]chan struct{}
-	reps          map[replica.Node]*app.Replicator
+	reps          map[replica.Node]*replication.Replicator
 	// recorder, when set, sees every write of the volume managers started.
 	recorder *recordingState
 	// stateOverride, when set, is the shared state the volume managers
@@ -69,7 +71,7 @@ const volID = volume.ID("volID-1")
 
 func newCluster(t *testing.T, rf int, nodes ...replica.Node) *cluster {
 	c := &cluster{t: t, state: fakecluster.New(), net: faketransport.New(), stores: map[replica.Node]*memstore.Store{},
-		events: &events{}, cancel: map[replica.Node]context.CancelFunc{}, done: map[replica.Node]chan struct{}{}, reps: map[replica.Node]*app.Replicator{}}
+		events: &events{}, cancel: map[replica.Node]context.CancelFunc{}, done: map[replica.Node]chan struct{}{}, reps: map[replica.Node]*replication.Replicator{}}
 	for i, n := range nodes {
 		c.stores[n] = memstore.New(t.TempDir(), 10<<30, uint64(i+1))
 		c.net.Add(n, c.stores[n])
@@ -118,11 +120,11 @@ func (c *cluster) writes() []replica.State {
 	return append([]replica.State(nil), c.recorder.states...)
 }
 
-func (c *cluster) start(n replica.Node) { c.startWith(n, func(*app.ReplicatorConfig) {}) }
+func (c *cluster) start(n replica.Node) { c.startWith(n, func(*replication.Config) {}) }
 
 // startWith starts n's volume manager with its configuration changed by opt.
-func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
-	cfg := app.ReplicatorConfig{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3}
+func (c *cluster) startWith(n replica.Node, opt func(*replication.Config)) {
+	cfg := replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3}
 	opt(&cfg)
 	var state ports.ClusterState = c.state
 	if c.recorder != nil {
@@ -139,7 +141,7 @@ func (c *cluster) startWith(n replica.Node, opt func(*app.ReplicatorConfig)) {
 	if o, ok := c.storeOverride[n]; ok {
 		store = o
 	}
-	r := app.NewReplicator(cfg, store, state, c.net, c.events, log)
+	r := replication.New(cfg, store, state, c.net, c.events, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()
@@ -399,7 +401,7 @@ func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	r := replication.New(replication.Config{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		a, c.state, c.net, c.events, zap.NewNop())
 	// Until the replica has decided and said so (a fixed window was a
 	// guess that a loaded machine could miss).
@@ -428,7 +430,7 @@ func TestAFormerPrimarysCSISnapshotIsNeverDestroyedByARollback(t *testing.T) {
 func TestSnapshotNowMakesThePrimarySnapshotWithoutWaitingForItsInterval(t *testing.T) {
 	c := newCluster(t, 1, "a")
 	c.write("a", "final write before unpublish")
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	r := replication.New(replication.Config{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		c.stores["a"], c.state, c.net, c.events, zap.NewNop())
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -545,7 +547,7 @@ func TestAReceivedSnapshotKeepsItsEpochThroughAStopAndIsNeverDeletedAsOlder(t *t
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	r := replication.New(replication.Config{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		b, c.state, c.net, c.events, zap.NewNop())
 	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("Terminate of the only holder of the newest snapshot: %v, want ErrUnsafe", err)
@@ -561,7 +563,7 @@ func TestAReceivedSnapshotKeepsItsEpochThroughAStopAndIsNeverDeletedAsOlder(t *t
 func TestReleaseSnapshotsTheLastWritesAndStepsDownCarryingThem(t *testing.T) {
 	c := newCluster(t, 1, "a", "b")
 	c.write("a", "the last write before unpublish")
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	r := replication.New(replication.Config{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		c.stores["a"], c.state, c.net, c.events, zap.NewNop())
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -613,7 +615,7 @@ func TestAReceiversTransfersArePacedByItsMaxTransferRate(t *testing.T) {
 	c.start("a")
 	clock := &sleepRecorder{now: time.Unix(1_700_000_000, 0)}
 	const rate = 256 << 10
-	c.startWith("b", func(cfg *app.ReplicatorConfig) { cfg.MaxTransferRate, cfg.Clock = rate, clock })
+	c.startWith("b", func(cfg *replication.Config) { cfg.MaxTransferRate, cfg.Clock = rate, clock })
 	c.eventually("b holds a's data", func() bool { return c.holds("b", content) })
 	// More than 2 MiB at 256 KiB/s, the first burst (32 KiB, the least one) free.
 	if want := 8*time.Second - time.Second/8; clock.total() < want {
@@ -631,7 +633,7 @@ func TestFailingTransfersBackOff(t *testing.T) {
 	c.eventually("a snapshotted", func() bool { return c.newestStored("a") > 0 })
 	c.net.BreakStreams("a", 0)
 	c.recordWrites()
-	c.startWith("b", func(cfg *app.ReplicatorConfig) { cfg.Tick = time.Millisecond })
+	c.startWith("b", func(cfg *replication.Config) { cfg.Tick = time.Millisecond })
 	start := time.Now()
 	for time.Since(start) < 400*time.Millisecond {
 		time.Sleep(10 * time.Millisecond)
@@ -720,7 +722,7 @@ func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testi
 		Replicas: []replica.Replica{{Node: "a"}, {Node: "b", Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "a", Volume: "plain", Tick: time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
+	r := replication.New(replication.Config{Node: "a", Volume: "plain", Tick: time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
 		store, states, faketransport.New(), &events{}, zap.NewNop())
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

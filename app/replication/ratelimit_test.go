@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 )
 
 // fakeClock stands still until Sleep or the test moves it: the limiter's
@@ -120,7 +120,7 @@ func TestLimitReaderDeliversAtMostTheRateThroughReadAndThroughWriteTo(t *testing
 		t.Run(tc.name, func(t *testing.T) {
 			clock := newFakeClock()
 			w := &pacedWriter{t: t, clock: clock, start: clock.now, rate: rate, burst: burst}
-			r := app.LimitReader(context.Background(), tc.src(make([]byte, size)), rate, clock)
+			r := replication.LimitReader(context.Background(), tc.src(make([]byte, size)), rate, clock)
 			n, err := tc.copy(w, r)
 			if err != nil || n != size {
 				t.Fatalf("copied %d, %v; want %d", n, err, size)
@@ -137,7 +137,7 @@ func TestLimitReaderDeliversAtMostTheRateThroughReadAndThroughWriteTo(t *testing
 
 func TestLimitReaderKeepsTheSourcesWriteTo(t *testing.T) {
 	src := &writerToSource{data: make([]byte, 3*mib), chunk: mib}
-	if _, err := io.Copy(io.Discard, app.LimitReader(context.Background(), src, 100*mib, newFakeClock())); err != nil {
+	if _, err := io.Copy(io.Discard, replication.LimitReader(context.Background(), src, 100*mib, newFakeClock())); err != nil {
 		t.Fatal(err)
 	}
 	if !src.called {
@@ -152,7 +152,7 @@ func TestLimitReaderNeverSleepsForASourceSlowerThanTheRate(t *testing.T) {
 		clock.now = clock.now.Add(125 * time.Millisecond)
 		return min(len(p), 64<<10), nil
 	})
-	r := app.LimitReader(context.Background(), src, 1*mib, clock)
+	r := replication.LimitReader(context.Background(), src, 1*mib, clock)
 	buf := make([]byte, 64<<10)
 	for i := 0; i < 100; i++ {
 		if _, err := r.Read(buf); err != nil {
@@ -168,7 +168,7 @@ func TestLimitReaderBanksNoMoreThanOneBurstWhileIdle(t *testing.T) {
 	const rate, size = 2 * mib, 4 * mib
 	const burst = rate / 16
 	clock := newFakeClock()
-	r := app.LimitReader(context.Background(), readerOnly{bytes.NewReader(make([]byte, 2*size))}, rate, clock)
+	r := replication.LimitReader(context.Background(), readerOnly{bytes.NewReader(make([]byte, 2*size))}, rate, clock)
 	if _, err := io.CopyN(io.Discard, r, size); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestLimitReaderBanksNoMoreThanOneBurstWhileIdle(t *testing.T) {
 func TestLimitReaderStopsWaitingWhenTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := newFakeClock()
-	r := app.LimitReader(ctx, readerOnly{bytes.NewReader(make([]byte, 10*mib))}, 1*mib, clock)
+	r := replication.LimitReader(ctx, readerOnly{bytes.NewReader(make([]byte, 10*mib))}, 1*mib, clock)
 	if _, err := io.CopyN(io.Discard, r, 1*mib); err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +194,14 @@ func TestLimitReaderStopsWaitingWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("a read waiting for the rate after cancel: %v, want context.Canceled", err)
 	}
 	src := &writerToSource{data: make([]byte, 10*mib), chunk: mib}
-	if _, err := io.Copy(io.Discard, app.LimitReader(ctx, src, 1*mib, clock)); !errors.Is(err, context.Canceled) {
+	if _, err := io.Copy(io.Discard, replication.LimitReader(ctx, src, 1*mib, clock)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("WriteTo waiting for the rate after cancel: %v, want context.Canceled", err)
 	}
 }
 
 func TestLimitReaderWithoutALimitIsTheSourceItself(t *testing.T) {
 	src := readerOnly{bytes.NewReader(nil)}
-	if r := app.LimitReader(context.Background(), src, 0, newFakeClock()); r != io.Reader(src) {
+	if r := replication.LimitReader(context.Background(), src, 0, newFakeClock()); r != io.Reader(src) {
 		t.Errorf("a rate of 0 wrapped the source: %T", r)
 	}
 }

@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"testing"

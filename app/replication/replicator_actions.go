@@ -1,4 +1,4 @@
-package app
+package replication
 
 import (
 	"context"
@@ -615,7 +615,7 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string, except ...s
 // once the copy is destroyed and its entry removed, replica.ErrUnsafe
 // (wrapped) when the rule keeps the copy. It transfers nothing.
 func LeaveHere(ctx context.Context, node replica.Node, id volume.ID, store ports.SnapshotStore, cluster ports.ClusterState, events ports.EventRecorder, log *zap.Logger) error {
-	r := NewReplicator(ReplicatorConfig{Node: node, Volume: id, Tick: time.Second, SnapshotInterval: time.Second, Keep: 1},
+	r := New(Config{Node: node, Volume: id, Tick: time.Second, SnapshotInterval: time.Second, Keep: 1},
 		store, cluster, noTransport{}, events, log)
 	return r.Terminate(ctx, false)
 }

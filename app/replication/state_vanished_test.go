@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/faketransport"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -81,7 +81,7 @@ func TestACopyOfADeletedVolumeSurvivesWhenItsStateVanishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := &events{}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "b", Volume: id, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	r := replication.New(replication.Config{Node: "b", Volume: id, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		store, state, faketransport.New(), evs, zap.NewNop())
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

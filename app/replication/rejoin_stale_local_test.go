@@ -1,4 +1,4 @@
-package app_test
+package replication_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 )
 
@@ -23,7 +23,7 @@ func TestAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 	c := newCluster(t, 2, "a", "b", "c")
 	c.write("a", "v1")
 	for _, n := range []replica.Node{"a", "b", "c"} {
-		c.startWith(n, func(cfg *app.ReplicatorConfig) { cfg.SnapshotInterval = time.Hour })
+		c.startWith(n, func(cfg *replication.Config) { cfg.SnapshotInterval = time.Hour })
 	}
 	c.reps["a"].SnapshotNow()
 	c.eventually("b and c hold v1 and are ready", func() bool {
@@ -33,7 +33,7 @@ func TestAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 		return c.holds("b", "v1") && c.holds("c", "v1") && pb.Ready && pc.Ready
 	})
 	time.Sleep(50 * time.Millisecond) // c idle: Wake < 0, its listing is not refreshed
-	if err := app.LeaveHere(ctx, "c", volID, c.stores["c"], c.state, c.events, zap.NewNop()); err != nil {
+	if err := replication.LeaveHere(ctx, "c", volID, c.stores["c"], c.state, c.events, zap.NewNop()); err != nil {
 		t.Fatalf("LeaveHere: %v", err)
 	}
 	// c's volume manager, still running, may rejoin and fetch the volume
