@@ -16,6 +16,14 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
+// Config is what the node's use cases know about the process they run in.
+type Config struct {
+	Node replica.Node // the node whose store this process drives
+	// KubeletDir is the kubelet's directory: every pod target path lies
+	// below it. Empty means volume.DefaultKubeletDir.
+	KubeletDir string
+}
+
 // Node implements the CSI node's use cases: making a local volume appear in
 // a pod's directory and reporting on it.
 type Node struct {

@@ -1,7 +1,9 @@
 package app_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.uber.org/mock/gomock"
@@ -20,7 +22,13 @@ func newNode(t *testing.T) (*app.Node, *mocks.MockSnapshotStore, *mocks.MockMoun
 	return app.NewNode(cfg, store, mnt, zap.NewNop()), store, mnt
 }
 
-var vol = ports.VolumeInfo{ID: "v", MountPath: "/ferry/ferry/v", MountSource: "ferry/ferry/v", CapacityBytes: volume.GiB}
+var (
+	ctx = context.Background()
+	cfg = app.Config{Node: "node-1"}
+	vol = ports.VolumeInfo{ID: "v", MountPath: "/ferry/ferry/v", MountSource: "ferry/ferry/v", CapacityBytes: volume.GiB}
+)
+
+func notFound(id string) error { return fmt.Errorf("volume %s: %w", id, ports.ErrNotFound) }
 
 // podTarget is a kubelet target path below the default kubelet directory.
 const podTarget = "/var/lib/kubelet/pods/x/mount"

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -35,7 +35,7 @@ func toStatus(err error) error {
 		// Another call is in progress, or another replica is the primary
 		// (a rolling update overlaps two pods): the kubelet retries.
 		code = codes.Aborted
-	case errors.Is(err, app.ErrInvalidToken):
+	case errors.Is(err, provision.ErrInvalidToken):
 		code = codes.Aborted
 	case errors.Is(err, ports.ErrConflict):
 		// A compare-and-swap lost to a concurrent writer: the caller retries.

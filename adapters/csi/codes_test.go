@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -36,7 +36,7 @@ func TestEveryTypedErrorMapsToItsCSICode(t *testing.T) {
 		{ports.ErrBusy, codes.FailedPrecondition},
 		{refusal.ErrPending, codes.Aborted},
 		{ports.ErrNotPrimary, codes.Aborted},
-		{app.ErrInvalidToken, codes.Aborted},
+		{provision.ErrInvalidToken, codes.Aborted},
 		{ports.ErrConflict, codes.Aborted},
 		{ports.ErrUnavailable, codes.Unavailable},
 		{replica.ErrFenced, codes.FailedPrecondition},

@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -198,7 +199,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 // enableReplication lets the node's controller service replicate volumes
 // of factor 2 or more (--replica-template): ReplicatedVolumes, replica
 // pods from the template, ReplicaSets and budgets.
-func enableReplication(o *Options, ctrl *app.Controller, events ports.EventRecorder) error {
+func enableReplication(o *Options, ctrl *provision.Service, events ports.EventRecorder) error {
 	if o.ReplicaTemplate == "" {
 		return nil
 	}

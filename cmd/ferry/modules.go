@@ -20,13 +20,15 @@ import (
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// base is in every mode: options, logger (also fx's own), app config.
+// base is in every mode: options, logger (also fx's own), the use cases'
+// configs.
 func base(o *Options, mode string) fx.Option {
 	return fx.Options(
 		fx.Supply(o),
@@ -36,8 +38,11 @@ func base(o *Options, mode string) fx.Option {
 			l.UseLogLevel(zapcore.DebugLevel)
 			return l
 		}),
+		fx.Provide(func() provision.Config {
+			return provision.Config{Node: replica.Node(o.NodeID), Pool: o.Pool}
+		}),
 		fx.Provide(func() app.Config {
-			return app.Config{Driver: o.DriverName, Node: replica.Node(o.NodeID), Pool: o.Pool, KubeletDir: o.KubeletDir}
+			return app.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir}
 		}),
 	)
 }
@@ -141,14 +146,14 @@ func daemonApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, log, "daemon", true)
 			},
-			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
+			func(uc *app.Node, cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					ctrl := app.NewController(cfg, s, mt, log)
+					ctrl := provision.New(cfg, s, mt, log)
 					if err := enableReplication(o, ctrl, events); err != nil {
 						return csiServices{}, err
 					}
@@ -192,8 +197,8 @@ func controllerApp(o *Options) fx.Option {
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
 			func() ports.MountTable { return mount.Table{} },
-			app.NewController,
-			func(uc *app.Controller, s ports.SnapshotStore) csiServices {
+			provision.New,
+			func(uc *provision.Service, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}
 			},
 			csiServer,

@@ -1,4 +1,4 @@
-package app_test
+package provision_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -42,11 +42,11 @@ func (h *heard) all() []ports.Event {
 func TestReplicatingAVolumeRaisesAnEventAndAWarningForAFailedStep(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	w := mocks.NewMockReplicaWorkload(ctrl)
-	c := app.NewController(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	c.EnableReplication(fakecluster.New(), w)
 	h := &heard{}
 	c.RecordEvents(h)
-	req := app.CreateVolumeRequest{Name: "pvc-e", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
+	req := provision.CreateVolumeRequest{Name: "pvc-e", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "3"}}
 
 	w.EXPECT().StartReplica(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any(), true).Return(nil).Times(2)
@@ -59,14 +59,14 @@ func TestReplicatingAVolumeRaisesAnEventAndAWarningForAFailedStep(t *testing.T) 
 		t.Fatal("CreateVolume succeeded with the ReplicaSet not applied")
 	}
 	got := h.all()
-	if len(got) != 1 || got[0].Type != ports.EventWarning || got[0].Reason != app.ReasonWorkloadFailed || !strings.Contains(got[0].Message, "replicasets.apps is forbidden") {
+	if len(got) != 1 || got[0].Type != ports.EventWarning || got[0].Reason != provision.ReasonWorkloadFailed || !strings.Contains(got[0].Message, "replicasets.apps is forbidden") {
 		t.Fatalf("events after a failed step: %+v, want one warning with the error", got)
 	}
 	if _, err := c.CreateVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	got = h.all()
-	if len(got) != 2 || got[1].Type != ports.EventNormal || got[1].Reason != app.ReasonReplicasRequested ||
+	if len(got) != 2 || got[1].Type != ports.EventNormal || got[1].Reason != provision.ReasonReplicasRequested ||
 		!strings.Contains(got[1].Message, "3 copies") || !strings.Contains(got[1].Message, "node-1 holds the primary") {
 		t.Fatalf("events after the retry: %+v, want ReplicasRequested naming 3 copies and node-1 the primary", got)
 	}
@@ -77,15 +77,15 @@ func TestAFailedSharedStateIsAWarning(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	states := mocks.NewMockClusterState(ctrl)
 	states.EXPECT().Create(gomock.Any(), gomock.Any()).Return(replica.State{}, ports.ErrUnavailable)
-	c := app.NewController(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	c.EnableReplication(states, mocks.NewMockReplicaWorkload(ctrl))
 	h := &heard{}
 	c.RecordEvents(h)
-	if _, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-f", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
+	if _, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-f", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2"}}); !errors.Is(err, ports.ErrUnavailable) {
 		t.Fatalf("CreateVolume: %v, want ErrUnavailable", err)
 	}
-	if got := h.all(); len(got) != 1 || got[0].Type != ports.EventWarning || got[0].Reason != app.ReasonStateFailed {
-		t.Fatalf("events: %+v, want one %s warning", got, app.ReasonStateFailed)
+	if got := h.all(); len(got) != 1 || got[0].Type != ports.EventWarning || got[0].Reason != provision.ReasonStateFailed {
+		t.Fatalf("events: %+v, want one %s warning", got, provision.ReasonStateFailed)
 	}
 }

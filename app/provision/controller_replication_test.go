@@ -1,4 +1,4 @@
-package app_test
+package provision_test
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -28,9 +28,9 @@ func TestAReplicatedVolumeStartsWithThisNodeAsActivePrimaryAndItsSecondariesWork
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	states := fakecluster.New()
 	w := mocks.NewMockReplicaWorkload(ctrl)
-	c := app.NewController(cfg, store, noMounts{}, zap.NewNop())
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
 	c.EnableReplication(states, w)
-	req := app.CreateVolumeRequest{Name: "pvc-r", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
+	req := provision.CreateVolumeRequest{Name: "pvc-r", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "3", "snapshotInterval": "10s"}}
 
 	// Twice: a retried CreateVolume does the same, idempotently.
@@ -80,7 +80,7 @@ func TestDeletingAReplicatedVolumeFromANodeWithoutACopyMarksItsState(t *testing.
 		t.Fatal(err)
 	}
 	ctrl := gomock.NewController(t)
-	c := app.NewController(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	c.EnableReplication(states, mocks.NewMockReplicaWorkload(ctrl))
 	if err := c.DeleteVolume(ctx, "pvc-x"); err != nil {
 		t.Fatal(err)
@@ -94,9 +94,9 @@ func TestAVolumeOfFactorOneIsNotReplicated(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	states := fakecluster.New()
-	c := app.NewController(cfg, store, noMounts{}, zap.NewNop())
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
 	c.EnableReplication(states, mocks.NewMockReplicaWorkload(ctrl)) // any call fails the test
-	v, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw, Parameters: map[string]string{"defaultReplicationFactor": "1"}})
+	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw, Parameters: map[string]string{"defaultReplicationFactor": "1"}})
 	if err != nil || v.Usable != nil {
 		t.Fatalf("CreateVolume = %+v, %v", v, err)
 	}

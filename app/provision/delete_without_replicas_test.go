@@ -1,4 +1,4 @@
-package app_test
+package provision_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -29,7 +29,7 @@ func TestDeleteVolumeOfAStateWithoutReplicasLeavesTheLocalCopy(t *testing.T) {
 	if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB}); err != nil {
 		t.Fatal(err)
 	}
-	c := app.NewController(cfg, store, noMounts{}, zap.NewNop())
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
 	c.EnableReplication(states, mocks.NewMockReplicaWorkload(gomock.NewController(t)))
 	if err := c.DeleteVolume(ctx, string(id)); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package app
+package provision
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func toSnapshot(ref volume.SnapshotRef, s ports.SnapshotInfo) Snapshot {
 }
 
 // csiSnapshots lists the CSI snapshots of one volume, or of all when id is "".
-func (c *Controller) csiSnapshots(ctx context.Context, id volume.ID) ([]Snapshot, error) {
+func (c *Service) csiSnapshots(ctx context.Context, id volume.ID) ([]Snapshot, error) {
 	all, err := c.store.ListSnapshots(ctx, id)
 	if err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func (c *Controller) csiSnapshots(ctx context.Context, id volume.ID) ([]Snapshot
 	return out, nil
 }
 
-func (c *Controller) findSnapshot(ctx context.Context, ref volume.SnapshotRef) (ports.SnapshotInfo, error) {
+func (c *Service) findSnapshot(ctx context.Context, ref volume.SnapshotRef) (ports.SnapshotInfo, error) {
 	snaps, err := c.store.ListSnapshots(ctx, ref.Volume)
 	if err != nil {
 		return ports.SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", ref.ID(), err)
@@ -58,7 +58,7 @@ func (c *Controller) findSnapshot(ctx context.Context, ref volume.SnapshotRef) (
 // CreateSnapshot takes a snapshot of a volume, or returns the snapshot a
 // previous identical request took. Snapshot names are unique across
 // volumes: the same name for another volume answers ErrIncompatible.
-func (c *Controller) CreateSnapshot(ctx context.Context, name, sourceVolumeID string) (Snapshot, error) {
+func (c *Service) CreateSnapshot(ctx context.Context, name, sourceVolumeID string) (Snapshot, error) {
 	name, err := volume.ParseSnapshotName("name", name)
 	if err != nil {
 		return Snapshot{}, err
@@ -97,7 +97,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, name, sourceVolumeID st
 
 // DeleteSnapshot destroys a snapshot; one that does not exist (or an ID no
 // snapshot can have) is already deleted.
-func (c *Controller) DeleteSnapshot(ctx context.Context, snapshotID string) error {
+func (c *Service) DeleteSnapshot(ctx context.Context, snapshotID string) error {
 	if snapshotID == "" {
 		return &volume.InvalidError{Field: "snapshot_id", Reason: "must not be empty"}
 	}
@@ -126,7 +126,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, snapshotID string) erro
 
 // ListSnapshots lists CSI snapshots, filtered by snapshot ID or source
 // volume ID; filters naming nothing that can exist give an empty list.
-func (c *Controller) ListSnapshots(ctx context.Context, snapshotID, sourceVolumeID string, maxEntries int, startingToken string) ([]Snapshot, string, error) {
+func (c *Service) ListSnapshots(ctx context.Context, snapshotID, sourceVolumeID string, maxEntries int, startingToken string) ([]Snapshot, string, error) {
 	if maxEntries < 0 {
 		return nil, "", &volume.InvalidError{Field: "max_entries", Reason: "must not be negative"}
 	}

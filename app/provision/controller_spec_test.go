@@ -1,4 +1,4 @@
-package app_test
+package provision_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -42,10 +42,10 @@ func TestAReplicatedVolumesStateRecordsItsSizeIntervalVolumeAndClaim(t *testing.
 	w.EXPECT().StartReplica(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	w.EXPECT().Apply(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	w.EXPECT().Segment(gomock.Any()).Return("replica.ferry.zfs.csi.io/x", "ready").AnyTimes()
-	c := app.NewController(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	c.EnableReplication(states, w)
 
-	v, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-s", Capacity: volume.CapacityRange{RequiredBytes: 3 * volume.MiB}, Capabilities: rw,
+	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-s", Capacity: volume.CapacityRange{RequiredBytes: 3 * volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2", "snapshotInterval": "45s",
 			"csi.storage.k8s.io/pvc/namespace": "shop", "csi.storage.k8s.io/pvc/name": "orders", "csi.storage.k8s.io/pv/name": "pvc-s"}})
 	if err != nil {
@@ -58,7 +58,7 @@ func TestAReplicatedVolumesStateRecordsItsSizeIntervalVolumeAndClaim(t *testing.
 
 	// Without the provisioner's metadata the volume's name is its PV's
 	// (external-provisioner names volumes so), and there is no claim.
-	if _, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-t", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
+	if _, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-t", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2"}}); err != nil {
 		t.Fatal(err)
 	}

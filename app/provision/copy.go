@@ -1,4 +1,4 @@
-package app
+package provision
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // snapshot by streaming it through the store (send | receive), the same path
 // replication uses. A clone would be faster but would pin the snapshot: it
 // could not be deleted while the volume lives.
-func (c *Controller) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID string) (ports.VolumeInfo, error) {
+func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID string) (ports.VolumeInfo, error) {
 	ref, err := volume.ParseSnapshotID("volume_content_source.snapshot.snapshot_id", snapshotID)
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
@@ -33,7 +33,7 @@ func (c *Controller) copyFromSnapshot(ctx context.Context, t newVolume, snapshot
 }
 
 // copyFromVolume copies a volume through a temporary snapshot of it.
-func (c *Controller) copyFromVolume(ctx context.Context, t newVolume, sourceID string) (ports.VolumeInfo, error) {
+func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID string) (ports.VolumeInfo, error) {
 	src, err := volume.ParseID("volume_content_source.volume.volume_id", sourceID)
 	if err != nil || src == t.id {
 		// A volume cannot be its own source: it does not exist yet.
@@ -97,7 +97,7 @@ type newVolume struct {
 // carries none) and the metadata; on any failure it destroys what it made.
 // Metadata goes last: a volume without its name is recognised as an
 // incomplete copy by a retried CreateVolume.
-func (c *Controller) copy(ctx context.Context, t newVolume, req ports.SendRequest) (info ports.VolumeInfo, err error) {
+func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) (info ports.VolumeInfo, err error) {
 	id := t.id
 	stream, err := c.store.Send(ctx, req)
 	if err != nil {

@@ -1,4 +1,4 @@
-package app
+package provision
 
 import (
 	"context"
@@ -21,14 +21,11 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// Config is what the use cases know about the process they run in.
+// Config is what the controller's use cases know about the process they
+// run in.
 type Config struct {
-	Driver string       // the CSI driver name, written on every volume
-	Node   replica.Node // the node whose store this process drives
-	Pool   string       // the pool the store serves
-	// KubeletDir is the kubelet's directory: every pod target path lies
-	// below it. Empty means volume.DefaultKubeletDir.
-	KubeletDir string
+	Node replica.Node // the node whose store this process drives
+	Pool string       // the pool the store serves
 }
 
 // Volume context keys: facts fixed at creation, handed to every node call.
@@ -45,12 +42,12 @@ const (
 	metaPersistentVolume = "csi.storage.k8s.io/pv/name"
 )
 
-// Controller implements the CSI controller's use cases on the local store.
+// Service implements the CSI controller's use cases on the local store.
 //
 // In this stage a volume lives in the pool of the node the controller runs
 // on, and CreateVolume reports that node as its topology; the orchestration
 // stage moves placement to per-volume replica pods.
-type Controller struct {
+type Service struct {
 	cfg    Config
 	store  ports.SnapshotStore
 	mounts ports.MountTable
@@ -65,11 +62,11 @@ type Controller struct {
 	events ports.EventRecorder
 }
 
-// NewController returns the controller use cases over store. mounts is the
+// New returns the controller use cases over store. mounts is the
 // mount table of the node the store is on: in this stage it tells whether
 // a volume is published (DeleteVolume refuses a volume in use).
-func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Controller {
-	return &Controller{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
+func New(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Service {
+	return &Service{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
 }
 
 // EnableReplication makes CreateVolume replicate volumes whose replication
@@ -77,14 +74,14 @@ func NewController(cfg Config, store ports.SnapshotStore, mounts ports.MountTabl
 // names this node the primary of epoch 1, this node's volume manager
 // starts, and the workload runs the secondaries. Volumes of factor 1 stay
 // plain node-local datasets.
-func (c *Controller) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
+func (c *Service) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
 	c.cluster, c.workload = cluster, w
 }
 
 // RecordEvents makes the controller raise events on the volumes it
 // replicates (Kubernetes: on the ReplicatedVolume and its claim): each
 // step of setting up replication that fails, and its completion.
-func (c *Controller) RecordEvents(r ports.EventRecorder) { c.events = r }
+func (c *Service) RecordEvents(r ports.EventRecorder) { c.events = r }
 
 // CreateVolumeRequest is a validated-on-use CreateVolume call.
 type CreateVolumeRequest struct {
@@ -113,7 +110,7 @@ type Volume struct {
 // CreateVolume provisions a volume, or returns the one a previous identical
 // request made. A request that differs from the first (size, parameters,
 // source) answers ErrIncompatible; nothing is changed by a refused request.
-func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
+func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
 	id, err := volume.ParseID("name", req.Name)
 	if err != nil {
 		return Volume{}, err
@@ -208,7 +205,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req CreateVolumeRequest) 
 // is the next stage), this node's volume manager, and the secondaries'
 // workload sized by placement.Desired. Every step is idempotent, so a
 // retried CreateVolume completes what an interrupted one began.
-func (c *Controller) replicate(ctx context.Context, v Volume, params volume.Params) (Volume, error) {
+func (c *Service) replicate(ctx context.Context, v Volume, params volume.Params) (Volume, error) {
 	if c.cluster == nil || c.workload == nil || params.ReplicationFactor < 2 {
 		return v, nil
 	}
@@ -264,13 +261,13 @@ const (
 	ReasonWorkloadFailed = "ReplicaSetFailed"
 )
 
-func (c *Controller) record(ctx context.Context, id volume.ID, e ports.Event) {
+func (c *Service) record(ctx context.Context, id volume.ID, e ports.Event) {
 	if c.events != nil {
 		c.events.Record(ctx, id, e)
 	}
 }
 
-func (c *Controller) warn(ctx context.Context, id volume.ID, reason, format string, args ...any) {
+func (c *Service) warn(ctx context.Context, id volume.ID, reason, format string, args ...any) {
 	c.record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
@@ -294,7 +291,7 @@ func volumeSpec(v Volume, params volume.Params) ports.VolumeSpec {
 	}
 }
 
-func (c *Controller) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
+func (c *Service) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
 	return Volume{
 		ID:            info.ID,
 		CapacityBytes: info.CapacityBytes,
@@ -342,7 +339,7 @@ func checkCapabilities(caps []volume.Capability) error {
 // "in use" is a mount of its filesystem on this node other than its own
 // mountpoint; the orchestration stage adds the replica state's active
 // primary.
-func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
+func (c *Service) DeleteVolume(ctx context.Context, volumeID string) error {
 	if volumeID == "" {
 		return &volume.InvalidError{Field: "volume_id", Reason: "must not be empty"}
 	}
@@ -415,7 +412,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, volumeID string) error {
 
 // checkNotInUse applies volume.MayDelete to what this node's mount table
 // shows of the volume.
-func (c *Controller) checkNotInUse(ctx context.Context, id volume.ID) error {
+func (c *Service) checkNotInUse(ctx context.Context, id volume.ID) error {
 	info, err := c.store.GetVolume(ctx, id)
 	if err != nil {
 		return err
@@ -438,7 +435,7 @@ func (c *Controller) checkNotInUse(ctx context.Context, id volume.ID) error {
 
 // ExpandVolume grows a volume to fit the range; a volume already as large is
 // left as it is. ZFS filesystems need no node-side step.
-func (c *Controller) ExpandVolume(ctx context.Context, volumeID string, r volume.CapacityRange) (int64, error) {
+func (c *Service) ExpandVolume(ctx context.Context, volumeID string, r volume.CapacityRange) (int64, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return 0, err
@@ -468,7 +465,7 @@ func (c *Controller) ExpandVolume(ctx context.Context, volumeID string, r volume
 
 // ValidateCapabilities reports whether the volume supports every
 // capability: confirmed is false (with a reason) when one is not.
-func (c *Controller) ValidateCapabilities(ctx context.Context, volumeID string, caps []volume.Capability, params map[string]string) (confirmed bool, reason string, err error) {
+func (c *Service) ValidateCapabilities(ctx context.Context, volumeID string, caps []volume.Capability, params map[string]string) (confirmed bool, reason string, err error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return false, "", err
@@ -491,7 +488,7 @@ func (c *Controller) ValidateCapabilities(ctx context.Context, volumeID string, 
 }
 
 // Capacity is the space available for new volumes in the local pool.
-func (c *Controller) Capacity(ctx context.Context, params map[string]string) (int64, error) {
+func (c *Service) Capacity(ctx context.Context, params map[string]string) (int64, error) {
 	p, err := volume.ParseParams(params)
 	if err != nil {
 		return 0, err
@@ -508,7 +505,7 @@ func (c *Controller) Capacity(ctx context.Context, params map[string]string) (in
 
 // ListVolumes pages through the volumes by ID: the token is the last ID
 // returned, so deletions between pages do not skip entries.
-func (c *Controller) ListVolumes(ctx context.Context, maxEntries int, startingToken string) ([]Volume, string, error) {
+func (c *Service) ListVolumes(ctx context.Context, maxEntries int, startingToken string) ([]Volume, string, error) {
 	if maxEntries < 0 {
 		return nil, "", &volume.InvalidError{Field: "max_entries", Reason: "must not be negative"}
 	}
@@ -547,4 +544,4 @@ const tokenPrefix = "after/"
 var ErrInvalidToken = errors.New("invalid pagination token")
 
 // Node is the node whose pool this controller provisions from.
-func (c *Controller) Node() replica.Node { return c.cfg.Node }
+func (c *Service) Node() replica.Node { return c.cfg.Node }

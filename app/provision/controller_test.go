@@ -1,4 +1,4 @@
-package app_test
+package provision_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"go.uber.org/mock/gomock"
 	"go.uber.org/zap"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -20,21 +20,22 @@ import (
 
 var (
 	ctx = context.Background()
-	cfg = app.Config{Driver: "ferry.zfs.csi.io", Node: "node-1", Pool: "ferry"}
+	cfg = provision.Config{Node: "node-1", Pool: "ferry"}
 	rw  = []volume.Capability{{Mode: volume.SingleNodeWriter}}
+	vol = ports.VolumeInfo{ID: "v", MountPath: "/ferry/ferry/v", MountSource: "ferry/ferry/v", CapacityBytes: volume.GiB}
 )
 
-func newController(t *testing.T) (*app.Controller, *mocks.MockSnapshotStore) {
+func newController(t *testing.T) (*provision.Service, *mocks.MockSnapshotStore) {
 	c, store, _ := newControllerWithMounts(t)
 	return c, store
 }
 
 // newControllerWithMounts also returns the mount table the controller
 // reads (DeleteVolume); a call a test did not expect fails it.
-func newControllerWithMounts(t *testing.T) (*app.Controller, *mocks.MockSnapshotStore, *mocks.MockMountTable) {
+func newControllerWithMounts(t *testing.T) (*provision.Service, *mocks.MockSnapshotStore, *mocks.MockMountTable) {
 	ctrl := gomock.NewController(t)
 	store, mounts := mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMountTable(ctrl)
-	return app.NewController(cfg, store, mounts, zap.NewNop()), store, mounts
+	return provision.New(cfg, store, mounts, zap.NewNop()), store, mounts
 }
 
 func notFound(id string) error { return fmt.Errorf("volume %s: %w", id, ports.ErrNotFound) }
@@ -56,7 +57,7 @@ func TestCreateVolumeCreatesTheDatasetWithRoundedSizeAllowedPropertiesAndMetadat
 			}
 			return ports.VolumeInfo{ID: id, CapacityBytes: o.CapacityBytes, Metadata: m}, nil
 		})
-	v, err := c.CreateVolume(ctx, app.CreateVolumeRequest{
+	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{
 		Name: "pvc-1", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB + 1}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2", "compression": "lz4", "recordsize": "128k",
 			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "db"},
@@ -64,13 +65,13 @@ func TestCreateVolumeCreatesTheDatasetWithRoundedSizeAllowedPropertiesAndMetadat
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.ID != "pvc-1" || v.CapacityBytes != 2*volume.MiB || v.Node != "node-1" || v.Context[app.ContextReplicationFactor] != "2" || v.Context[app.ContextPool] != "ferry" {
+	if v.ID != "pvc-1" || v.CapacityBytes != 2*volume.MiB || v.Node != "node-1" || v.Context[provision.ContextReplicationFactor] != "2" || v.Context[provision.ContextPool] != "ferry" {
 		t.Fatalf("volume %+v", v)
 	}
 }
 
 func TestCreateVolumeRefusesBadRequestsWithoutTouchingTheStore(t *testing.T) {
-	cases := map[string]app.CreateVolumeRequest{
+	cases := map[string]provision.CreateVolumeRequest{
 		"path traversal":      {Name: "../../etc", Capabilities: rw},
 		"dataset separator":   {Name: "a/b", Capabilities: rw},
 		"snapshot separator":  {Name: "a@b", Capabilities: rw},
@@ -98,7 +99,7 @@ func TestCreateVolumeRefusesBadRequestsWithoutTouchingTheStore(t *testing.T) {
 }
 
 func TestCreateVolumeRetriedReturnsTheSameVolumeAndAConflictingOneIsRefused(t *testing.T) {
-	req := app.CreateVolumeRequest{Name: "pvc-1", Capacity: volume.CapacityRange{RequiredBytes: volume.GiB}, Capabilities: rw}
+	req := provision.CreateVolumeRequest{Name: "pvc-1", Capacity: volume.CapacityRange{RequiredBytes: volume.GiB}, Capabilities: rw}
 	var made ports.CreateOptions
 	c, store := newController(t)
 	store.EXPECT().GetVolume(gomock.Any(), gomock.Any()).Return(ports.VolumeInfo{}, notFound("pvc-1"))
@@ -132,7 +133,7 @@ func TestCreateVolumeRetriedReturnsTheSameVolumeAndAConflictingOneIsRefused(t *t
 func TestCreateVolumeNeverAdoptsADatasetFerryDidNotCreate(t *testing.T) {
 	c, store := newController(t)
 	store.EXPECT().GetVolume(gomock.Any(), gomock.Any()).Return(ports.VolumeInfo{}, fmt.Errorf("x: %w", ports.ErrNotOwned))
-	_, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw})
+	_, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw})
 	if !errors.Is(err, refusal.ErrPrecondition) {
 		t.Fatalf("err = %v, want ErrPrecondition", err)
 	}
@@ -147,7 +148,7 @@ func TestACopyThatFailsHalfwayIsDestroyed(t *testing.T) {
 	store.EXPECT().DestroySnapshot(gomock.Any(), volume.ID("new"), "csi-s1").Return(nil)
 	store.EXPECT().Resize(gomock.Any(), volume.ID("new"), volume.GiB).Return(fmt.Errorf("pool: %w", ports.ErrNoSpace))
 	store.EXPECT().DestroyVolume(gomock.Any(), volume.ID("new")).Return(nil)
-	_, err := c.CreateVolume(ctx, app.CreateVolumeRequest{Name: "new", Capabilities: rw, SourceSnapshotID: "src@s1"})
+	_, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "new", Capabilities: rw, SourceSnapshotID: "src@s1"})
 	if !errors.Is(err, ports.ErrNoSpace) {
 		t.Fatalf("err = %v, want ErrNoSpace", err)
 	}
