@@ -21,10 +21,10 @@ import (
 	"github.com/ferry-csi/ferry/adapters/nodefence"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -266,7 +266,7 @@ func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.In
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, n *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
+func nodeReplication(o *Options, n *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
 	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
 		return nil
 	}
@@ -278,7 +278,7 @@ func nodeReplication(o *Options, n *app.Node, lock ports.WriteLock, events ports
 	if err != nil {
 		return err
 	}
-	r := app.NodeReplication{
+	r := publish.Replication{
 		Cluster:   rvstate.New(dyn, nil),
 		Control:   replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
 		Workload:  workload.New(kube, dyn, tpl),

@@ -18,9 +18,9 @@ import (
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/registration"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -41,8 +41,8 @@ func base(o *Options, mode string) fx.Option {
 		fx.Provide(func() provision.Config {
 			return provision.Config{Node: replica.Node(o.NodeID), Pool: o.Pool}
 		}),
-		fx.Provide(func() app.Config {
-			return app.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir}
+		fx.Provide(func() publish.Config {
+			return publish.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir}
 		}),
 	)
 }
@@ -139,14 +139,14 @@ func daemonApp(o *Options) fx.Option {
 				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
 				return mount.Linux{}
 			},
-			app.NewNode,
+			publish.New,
 			func() ports.MountTable { return mount.Table{} },
 			// Events of the node's controller service and of copies left
 			// here: on the ReplicatedVolume and its claim.
 			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, log, "daemon", true)
 			},
-			func(uc *app.Node, cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
+			func(uc *publish.Service, cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
@@ -178,11 +178,11 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *app.Node, log *zap.Logger) error {
+			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
 				return daemonKube(lc, o, s, lock, mt, newFencer(), relay, events, takers, uc, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
-			func(uc *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
+			func(uc *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
 				return nodeReplication(o, uc, lock, events, takers)
 			},
 		),

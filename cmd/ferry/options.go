@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -119,7 +119,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.LeaseMargin, "lease-margin", 500*time.Millisecond, "with --peer-advertise: what absorbs request delays and clock-rate drift between the fence and a takeover (they are 2 margins apart)")
 	fs.StringVar(&o.FenceNodeCommand, "fence-node-command", "", "with --peer-advertise: a program run with a lost node's name as its only argument before any of that node's volumes is taken over from it (a power switch, a fence agent, a remediation operator's request); exit status 0: the node can no longer write; anything else holds the takeover back, retried; empty: takeovers follow the lease alone")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "with --peer-advertise: snapshots a copy may be behind the newest and still take a lost primary's volume over (the volume managers' --allowed-lag)")
-	fs.DurationVar(&o.HandoverWait, "handover-wait", app.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
+	fs.DurationVar(&o.HandoverWait, "handover-wait", publish.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
 	return o
 }
 

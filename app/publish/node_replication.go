@@ -1,4 +1,4 @@
-package app
+package publish
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// NodeReplication is what the node plugin needs to hand a replicated
+// Replication is what the node plugin needs to hand a replicated
 // volume over (seed 000): the shared state, this node's volume managers
 // and the volumes' workloads.
-type NodeReplication struct {
+type Replication struct {
 	Cluster  ports.ClusterState
 	Control  ports.ReplicaControl
 	Workload ports.ReplicaWorkload
@@ -49,13 +49,13 @@ type TakerAcknowledger interface {
 	Claim(ctx context.Context, id volume.ID) error
 }
 
-// DefaultHandoverWait is NodeReplication.Wait's default.
+// DefaultHandoverWait is Replication.Wait's default.
 const DefaultHandoverWait = 30 * time.Second
 
 // EnableReplication makes Publish and Unpublish hand replicated volumes
 // over: a read/write publish makes this node's replica the single active
 // primary first, an unpublish ends its term with a final snapshot.
-func (n *Node) EnableReplication(r NodeReplication) {
+func (n *Service) EnableReplication(r Replication) {
 	if r.Wait <= 0 {
 		r.Wait = DefaultHandoverWait
 	}
@@ -64,7 +64,7 @@ func (n *Node) EnableReplication(r NodeReplication) {
 
 // replicated reads the volume's shared state; false when the volume is
 // not replicated (no state) or replication is not enabled.
-func (n *Node) replicated(ctx context.Context, id volume.ID) (bool, error) {
+func (n *Service) replicated(ctx context.Context, id volume.ID) (bool, error) {
 	if n.repl == nil {
 		return false, nil
 	}
@@ -81,7 +81,7 @@ func (n *Node) replicated(ctx context.Context, id volume.ID) (bool, error) {
 // noLocalCopy answers a publish of a replicated volume on a node that holds
 // no copy of it: the placement keeps pods off such nodes, and none is made
 // on the fly.
-func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
+func (n *Service) noLocalCopy(ctx context.Context, id volume.ID) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func (n *Node) noLocalCopy(ctx context.Context, id volume.ID) error {
 // active), the pod rejoins and the answer wraps ports.ErrNotPrimary. A
 // primary's filesystem is then remounted unless this term already did
 // (remountIfNeeded).
-func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
+func (n *Service) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	start := time.Now()
 	// Each step's duration, logged with the outcome: where a publish's
 	// time goes (the pod leaving its workload, the promotion, the
@@ -165,7 +165,7 @@ func (n *Node) acquire(ctx context.Context, id volume.ID, log *zap.Logger) error
 // release ends this node's replica's term, if it is the active primary:
 // a final snapshot recorded with the demotion, before the unpublish
 // answers; then its pod rejoins the workload.
-func (n *Node) release(ctx context.Context, id volume.ID, log *zap.Logger) error {
+func (n *Service) release(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	err := n.repl.Control.Release(ctx, id, n.repl.Wait)
 	if errors.Is(err, ports.ErrNotFound) {
 		// No volume manager here: fine unless the state says this node
@@ -198,7 +198,7 @@ func (n *Node) release(ctx context.Context, id volume.ID, log *zap.Logger) error
 // then the pod joins (a ReplicaSet deletes a surplus pod at once; raised
 // first, the surplus it may create meanwhile is a new pod, not ready,
 // deleted first). A pod that never left is not counted twice.
-func (n *Node) rejoin(ctx context.Context, id volume.ID) error {
+func (n *Service) rejoin(ctx context.Context, id volume.ID) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func (n *Node) rejoin(ctx context.Context, id volume.ID) error {
 }
 
 // resize sizes the volume's workload for the pods outside it.
-func (n *Node) resize(ctx context.Context, id volume.ID) error {
+func (n *Service) resize(ctx context.Context, id volume.ID) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -243,7 +243,7 @@ func (n *Node) resize(ctx context.Context, id volume.ID) error {
 // filesystem (a read-only pod that mounted the copy while it was a
 // secondary) is never skipped: the publish answers ErrPending, so the
 // kubelet retries, with an event saying what it waits for.
-func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logger) error {
+func (n *Service) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logger) error {
 	return n.remount(ctx, id, log, true)
 }
 
@@ -255,7 +255,7 @@ func (n *Node) remountIfNeeded(ctx context.Context, id volume.ID, log *zap.Logge
 // recorded. When another call holds the volume (a publish, an unpublish),
 // nothing is done: a publish remounts itself when needed. A refused
 // remount raises no event here: the publish raises it, and retries.
-func (n *Node) PrepareWriter(ctx context.Context, id volume.ID) error {
+func (n *Service) PrepareWriter(ctx context.Context, id volume.ID) error {
 	if n.repl == nil {
 		return nil
 	}
@@ -283,7 +283,7 @@ func (n *Node) PrepareWriter(ctx context.Context, id volume.ID) error {
 }
 
 // waitPrepared waits for a PrepareWriter of id under way, if any.
-func (n *Node) waitPrepared(ctx context.Context, id volume.ID) error {
+func (n *Service) waitPrepared(ctx context.Context, id volume.ID) error {
 	v, ok := n.preparing.Load(id)
 	if !ok {
 		return nil
@@ -296,7 +296,7 @@ func (n *Node) waitPrepared(ctx context.Context, id volume.ID) error {
 	}
 }
 
-func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise bool) error {
+func (n *Service) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise bool) error {
 	st, err := n.repl.Cluster.Get(ctx, id)
 	if err != nil {
 		return err
@@ -353,7 +353,7 @@ func (n *Node) remount(ctx context.Context, id volume.ID, log *zap.Logger, raise
 // otherTargets lists, for an event, where the volume's filesystem is
 // mounted on this node besides its own mountpoint (the pods' targets);
 // "unknown" when the mount table cannot be read.
-func (n *Node) otherTargets(info ports.VolumeInfo) string {
+func (n *Service) otherTargets(info ports.VolumeInfo) string {
 	points, err := n.mount.MountsOf(info.MountSource)
 	if err != nil {
 		return "unknown: " + err.Error()

@@ -1,4 +1,4 @@
-package app_test
+package publish_test
 
 import (
 	"context"

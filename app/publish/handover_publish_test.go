@@ -1,4 +1,4 @@
-package app_test
+package publish_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -28,8 +28,8 @@ func newReplNodeWith(t *testing.T, st replica.State) (replNode, *fakecluster.Sto
 	if _, err := states.Create(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	r.n = app.NewNode(cfg, r.store, r.mnt, zap.NewNop())
-	r.n.EnableReplication(app.NodeReplication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop())
+	r.n.EnableReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
 	return r, states
 }
 
@@ -67,7 +67,7 @@ func TestASecondPodOnThePrimarysNodeGetsTheVolumeWithoutARemountUnderTheFirst(t 
 	r.store.EXPECT().Remount(gomock.Any(), volume.ID("v")).Return(ports.ErrBusy).AnyTimes()
 	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil).AnyTimes()
 	for attempt := 1; attempt <= 3; attempt++ { // the kubelet retries
-		err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
+		err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
 		if err == nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package app
+package publish
 
 import (
 	"context"
@@ -24,34 +24,34 @@ type Config struct {
 	KubeletDir string
 }
 
-// Node implements the CSI node's use cases: making a local volume appear in
-// a pod's directory and reporting on it.
-type Node struct {
+// Service implements the CSI node's use cases: making a local volume
+// appear in a pod's directory and reporting on it.
+type Service struct {
 	cfg   Config
 	store ports.SnapshotStore
 	mount ports.Mounter
 	locks *volumelock.Locks
 	log   *zap.Logger
 	// repl, when set, hands replicated volumes over (EnableReplication).
-	repl *NodeReplication
+	repl *Replication
 	// preparing holds, per volume, the end of a PrepareWriter under way:
 	// calls on that volume wait for it instead of being refused.
 	preparing sync.Map // volume.ID -> chan struct{}
 }
 
-// NewNode returns the node use cases.
-func NewNode(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Logger) *Node {
+// New returns the node use cases.
+func New(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Logger) *Service {
 	if cfg.KubeletDir == "" {
 		cfg.KubeletDir = volume.DefaultKubeletDir
 	}
-	return &Node{cfg: cfg, store: store, mount: mount, locks: volumelock.New(), log: log}
+	return &Service{cfg: cfg, store: store, mount: mount, locks: volumelock.New(), log: log}
 }
 
 // NodeID is the node's CSI node_id.
-func (n *Node) NodeID() replica.Node { return n.cfg.Node }
+func (n *Service) NodeID() replica.Node { return n.cfg.Node }
 
-// PublishRequest is a NodePublishVolume call.
-type PublishRequest struct {
+// Request is a NodePublishVolume call.
+type Request struct {
 	VolumeID   string
 	TargetPath string
 	ReadOnly   bool
@@ -67,7 +67,7 @@ type PublishRequest struct {
 // volume at the same target the same way again succeeds; a target holding
 // something else, or this volume with the other read-only flag, answers
 // ErrIncompatible.
-func (n *Node) Publish(ctx context.Context, req PublishRequest) error {
+func (n *Service) Publish(ctx context.Context, req Request) error {
 	id, err := volume.ParseID("volume_id", req.VolumeID)
 	if err != nil {
 		return err
@@ -148,7 +148,7 @@ const maxStacked = 16
 // A target that is not mounted is already unpublished (OK), whether or not
 // the volume still exists: after DeleteVolume the kubelet must not retry
 // for ever.
-func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error {
+func (n *Service) Unpublish(ctx context.Context, volumeID, targetPath string) error {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return err
@@ -214,7 +214,7 @@ func (n *Node) Unpublish(ctx context.Context, volumeID, targetPath string) error
 // node may share it): the final snapshot is recorded before the answer. A
 // retried unpublish, with the target already gone, releases again: a no-op
 // once done.
-func (n *Node) releaseIfLast(ctx context.Context, id volume.ID, info ports.VolumeInfo, log *zap.Logger) error {
+func (n *Service) releaseIfLast(ctx context.Context, id volume.ID, info ports.VolumeInfo, log *zap.Logger) error {
 	repl, err := n.replicated(ctx, id)
 	if err != nil || !repl {
 		return err
@@ -238,7 +238,7 @@ func (n *Node) releaseIfLast(ctx context.Context, id volume.ID, info ports.Volum
 // relative path, a path outside the kubelet directory other than the
 // volume's own mountpoint) is not where the volume is: ErrNotFound, the
 // code the CSI spec and csi-sanity give "volume does not exist at path".
-func (n *Node) volumePath(id volume.ID, info ports.VolumeInfo, p string) error {
+func (n *Service) volumePath(id volume.ID, info ports.VolumeInfo, p string) error {
 	if p == path.Clean(info.MountPath) || volume.Below(p, n.cfg.KubeletDir) {
 		return nil
 	}
@@ -246,7 +246,7 @@ func (n *Node) volumePath(id volume.ID, info ports.VolumeInfo, p string) error {
 }
 
 // Stats reports usage of a published volume at path.
-func (n *Node) Stats(ctx context.Context, volumeID, p string) (ports.FsStats, error) {
+func (n *Service) Stats(ctx context.Context, volumeID, p string) (ports.FsStats, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return ports.FsStats{}, err
@@ -276,7 +276,7 @@ func (n *Node) Stats(ctx context.Context, volumeID, p string) (ports.FsStats, er
 // Expand grows the volume to fit want (when given and larger than it is;
 // a ZFS filesystem grows with its quota, online) and reports its size.
 // After a controller expansion there is nothing left to grow.
-func (n *Node) Expand(ctx context.Context, volumeID, p string, want *volume.CapacityRange) (int64, error) {
+func (n *Service) Expand(ctx context.Context, volumeID, p string, want *volume.CapacityRange) (int64, error) {
 	id, err := volume.ParseID("volume_id", volumeID)
 	if err != nil {
 		return 0, err

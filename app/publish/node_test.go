@@ -1,4 +1,4 @@
-package app_test
+package publish_test
 
 import (
 	"context"
@@ -9,22 +9,22 @@ import (
 	"go.uber.org/mock/gomock"
 	"go.uber.org/zap"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/ports/mocks"
 )
 
-func newNode(t *testing.T) (*app.Node, *mocks.MockSnapshotStore, *mocks.MockMounter) {
+func newNode(t *testing.T) (*publish.Service, *mocks.MockSnapshotStore, *mocks.MockMounter) {
 	ctrl := gomock.NewController(t)
 	store, mnt := mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMounter(ctrl)
-	return app.NewNode(cfg, store, mnt, zap.NewNop()), store, mnt
+	return publish.New(cfg, store, mnt, zap.NewNop()), store, mnt
 }
 
 var (
 	ctx = context.Background()
-	cfg = app.Config{Node: "node-1"}
+	cfg = publish.Config{Node: "node-1"}
 	vol = ports.VolumeInfo{ID: "v", MountPath: "/ferry/ferry/v", MountSource: "ferry/ferry/v", CapacityBytes: volume.GiB}
 )
 
@@ -40,7 +40,7 @@ func TestPublishBindMountsReadOnlyWhenTheModeNeverWrites(t *testing.T) {
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
 	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
 	mnt.EXPECT().BindMount(gomock.Any(), "/ferry/ferry/v", podTargetParts, true).Return(nil)
-	err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeReaderOnly}})
+	err := n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeReaderOnly}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestPublishAgainTheSameWayMountsNothingAndAnotherWayIsRefused(t *testing.T)
 	n, store, mnt := newNode(t)
 	store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil).Times(2)
 	mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{Source: "ferry/ferry/v"}, true, nil).Times(2)
-	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeWriter}}
+	req := publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeWriter}}
 	if err := n.Publish(ctx, req); err != nil {
 		t.Fatalf("same publish again: %v", err)
 	}
@@ -65,7 +65,7 @@ func TestPublishAgainTheSameWayMountsNothingAndAnotherWayIsRefused(t *testing.T)
 func TestPublishRefusesBadTargetsBeforeTouchingAnything(t *testing.T) {
 	for _, target := range []string{"../../etc", "/pods/x/mount", "/var/lib/kubelet/pods/../../../etc", "/var/lib/kubelet/pods/x\x00/mount", "/var/lib/kubelet"} {
 		n, _, _ := newNode(t)
-		err := n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: target, Capability: volume.Capability{Mode: volume.SingleNodeWriter}})
+		err := n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: target, Capability: volume.Capability{Mode: volume.SingleNodeWriter}})
 		var inv *volume.InvalidError
 		if !errors.As(err, &inv) {
 			t.Fatalf("Publish at %q: err = %v, want InvalidError", target, err)

@@ -1,11 +1,11 @@
-package app_test
+package publish_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -44,7 +44,7 @@ func (a takeoverAfterAck) Claim(ctx context.Context, id volume.ID) error {
 // must not mount read/write (ErrNotPrimary, as when Acquire fails).
 func TestAPublishRacedByATakeoverDoesNotMountReadWrite(t *testing.T) {
 	w := newRemountWorld(t)
-	w.n.EnableReplication(app.NodeReplication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, Takers: takeoverAfterAck{w}})
+	w.n.EnableReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, Takers: takeoverAfterAck{w}})
 	err := w.publish("pod-a", false)
 	st, _ := w.states.Get(ctx, "v")
 	if _, mounted := w.host.targets[target("pod-a")]; err == nil || mounted {

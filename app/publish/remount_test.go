@@ -1,4 +1,4 @@
-package app_test
+package publish_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -151,7 +151,7 @@ func (h *copyHost) Stats(string) (ports.FsStats, error) { return ports.FsStats{}
 
 // remountWorld is node-1 with volume v replicated twice (node-2 the active
 // primary of epoch 1), the copy on node-1 received into since it was last
-// mounted, and a daemon that can be restarted (a new app.Node over the
+// mounted, and a daemon that can be restarted (a new publish.Service over the
 // same copy and shared state).
 type remountWorld struct {
 	t       *testing.T
@@ -160,7 +160,7 @@ type remountWorld struct {
 	work    *mocks.MockReplicaWorkload
 	control *mocks.MockReplicaControl
 	events  *events
-	n       *app.Node
+	n       *publish.Service
 }
 
 func newRemountWorld(t *testing.T) *remountWorld {
@@ -195,14 +195,14 @@ func newRemountWorld(t *testing.T) *remountWorld {
 
 // restart is a new daemon process: nothing of the last one's memory.
 func (w *remountWorld) restart() {
-	w.n = app.NewNode(cfg, w.host, w.host, zap.NewNop())
-	w.n.EnableReplication(app.NodeReplication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, WriteLock: w.host})
+	w.n = publish.New(cfg, w.host, w.host, zap.NewNop())
+	w.n.EnableReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, WriteLock: w.host})
 }
 
 func target(pod string) string { return path.Join("/var/lib/kubelet/pods", pod, "mount") }
 
 func (w *remountWorld) publish(pod string, readOnly bool) error {
-	return w.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: target(pod), ReadOnly: readOnly, Capability: rwCap})
+	return w.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: target(pod), ReadOnly: readOnly, Capability: rwCap})
 }
 
 // wantRefused: the read/write publish of pod answers ErrPending (the

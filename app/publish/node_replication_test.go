@@ -1,4 +1,4 @@
-package app_test
+package publish_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
@@ -20,7 +20,7 @@ import (
 )
 
 type replNode struct {
-	n       *app.Node
+	n       *publish.Service
 	store   *mocks.MockSnapshotStore
 	mnt     *mocks.MockMounter
 	work    *mocks.MockReplicaWorkload
@@ -40,8 +40,8 @@ func newReplNode(t *testing.T) replNode {
 		{Node: cfg.Node, Snapshot: 3, SnapshotEpoch: 1, Ready: true}, {Node: "node-2", Snapshot: 3, SnapshotEpoch: 1, Ready: true, Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	r.n = app.NewNode(cfg, r.store, r.mnt, zap.NewNop())
-	r.n.EnableReplication(app.NodeReplication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop())
+	r.n.EnableReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
 	r.states = states
 	return r
 }
@@ -84,7 +84,7 @@ func TestAReadWritePublishMakesTheReplicaThePrimaryBeforeMounting(t *testing.T) 
 		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
 	)
-	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
+	if err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,7 +104,7 @@ func TestAPublishThatCannotBecomePrimaryMountsNothingAndRejoins(t *testing.T) {
 		r.work.EXPECT().Apply(gomock.Any(), volume.ID("v"), secondaries(1), time.Duration(0)).Return(nil),
 		r.work.EXPECT().SetOutside(gomock.Any(), volume.ID("v"), cfg.Node, false).Return(nil),
 	)
-	err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
+	err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
 	if !errors.Is(err, ports.ErrNotPrimary) {
 		t.Fatalf("publish while node-2 stays active: %v, want ErrNotPrimary", err)
 	}
@@ -119,7 +119,7 @@ func TestAReadOnlyPublishOfAReplicatedVolumeAcquiresNothing(t *testing.T) {
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(vol, nil)
 	r.mnt.EXPECT().MountAt(podTarget).Return(ports.Mount{}, false, nil)
 	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, true).Return(nil)
-	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, ReadOnly: true, Capability: rwCap}); err != nil {
+	if err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, ReadOnly: true, Capability: rwCap}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -129,7 +129,7 @@ func TestAReadOnlyPublishOfAReplicatedVolumeAcquiresNothing(t *testing.T) {
 func TestAPublishWhereNoReplicaIsIsAPreconditionFailure(t *testing.T) {
 	r := newReplNode(t)
 	r.store.EXPECT().GetVolume(gomock.Any(), volume.ID("v")).Return(ports.VolumeInfo{}, notFound("v"))
-	err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
+	err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap})
 	if !errors.Is(err, refusal.ErrPrecondition) {
 		t.Fatalf("publish without a local copy: %v, want ErrPrecondition", err)
 	}
@@ -205,7 +205,7 @@ func TestAPublishAfterATakeoverRemountsAlthoughTheReplicaIsAlreadyActive(t *test
 		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 		r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil),
 	)
-	if err := r.n.Publish(ctx, app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
+	if err := r.n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -229,7 +229,7 @@ func TestAPublishWhoseRemountFailedRemountsOnItsRetry(t *testing.T) {
 		r.store.EXPECT().SetMetadata(gomock.Any(), volume.ID("v"), map[string]string{ports.MetaRemountedEpoch: "2"}).Return(nil),
 	)
 	r.mnt.EXPECT().BindMount(gomock.Any(), vol.MountPath, podTargetParts, false).Return(nil)
-	req := app.PublishRequest{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}
+	req := publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: rwCap}
 	if err := r.n.Publish(ctx, req); !errors.Is(err, refusal.ErrPending) {
 		t.Fatalf("publish whose remount was refused: %v, want ErrPending", err)
 	}
