@@ -1,6 +1,18 @@
-// Package app holds Ferry's use cases: what a CSI call (or, later, a
-// replication event) means in terms of the ports. It validates requests with
-// the domain's rules, serialises work per volume, keeps every operation
-// idempotent, and returns errors the CSI adapter maps to gRPC codes in one
-// place (adapters/csi/codes.go).
+// Package app holds no code: Ferry's use cases, what a CSI call or a
+// replication event means in terms of the ports, live in rooms named for
+// what they carry out, each validating with the domain's rules and
+// handing the answer to the ports:
+//
+//	app/provision      the CSI controller's use cases (provision.Service)
+//	app/publish        the CSI node's use cases, the hand-over of a
+//	                   replicated volume on publish (publish.Service)
+//	app/replication    a replica's volume manager and its watchdog
+//	                   (replication.Replicator, replication.Watchdog)
+//	app/failover       the daemon's node-loss use cases (Guard, Survivor)
+//	app/orchestration  Kubernetes' view kept in line with the replicas
+//	                   (Labeler, Adopter, Binder)
+//
+// Two small packages serve more than one room: app/refusal names why a
+// use case refuses a call (mapped to gRPC codes in one place,
+// adapters/csi/codes.go), app/volumelock serialises work per volume.
 package app

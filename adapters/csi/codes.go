@@ -7,7 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -28,13 +29,13 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &inv), errors.Is(err, ports.ErrInvalid):
 		code = codes.InvalidArgument
-	case errors.Is(err, app.ErrUnsupported):
+	case errors.Is(err, refusal.ErrUnsupported):
 		code = codes.InvalidArgument
-	case errors.Is(err, app.ErrPending), errors.Is(err, ports.ErrNotPrimary):
+	case errors.Is(err, refusal.ErrPending), errors.Is(err, ports.ErrNotPrimary):
 		// Another call is in progress, or another replica is the primary
 		// (a rolling update overlaps two pods): the kubelet retries.
 		code = codes.Aborted
-	case errors.Is(err, app.ErrInvalidToken):
+	case errors.Is(err, provision.ErrInvalidToken):
 		code = codes.Aborted
 	case errors.Is(err, ports.ErrConflict):
 		// A compare-and-swap lost to a concurrent writer: the caller retries.
@@ -46,9 +47,9 @@ func toStatus(err error) error {
 		// The replicas' state forbids the call now (another primary, too few
 		// copies, not caught up); it may be allowed once that state changes.
 		code = codes.FailedPrecondition
-	case errors.Is(err, app.ErrPrecondition), errors.Is(err, ports.ErrNotOwned):
+	case errors.Is(err, refusal.ErrPrecondition), errors.Is(err, ports.ErrNotOwned):
 		code = codes.FailedPrecondition
-	case errors.Is(err, app.ErrIncompatible), errors.Is(err, ports.ErrExists):
+	case errors.Is(err, refusal.ErrIncompatible), errors.Is(err, ports.ErrExists):
 		code = codes.AlreadyExists
 	case errors.Is(err, volume.ErrOutOfRange):
 		code = codes.OutOfRange

@@ -9,7 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -24,18 +25,18 @@ func TestEveryTypedErrorMapsToItsCSICode(t *testing.T) {
 	}{
 		{&volume.InvalidError{Field: "name", Reason: "bad"}, codes.InvalidArgument},
 		{ports.ErrInvalid, codes.InvalidArgument},
-		{app.ErrUnsupported, codes.InvalidArgument},
+		{refusal.ErrUnsupported, codes.InvalidArgument},
 		{ports.ErrNotFound, codes.NotFound},
-		{app.ErrIncompatible, codes.AlreadyExists},
+		{refusal.ErrIncompatible, codes.AlreadyExists},
 		{ports.ErrExists, codes.AlreadyExists},
 		{volume.ErrOutOfRange, codes.OutOfRange},
 		{ports.ErrNoSpace, codes.ResourceExhausted},
-		{app.ErrPrecondition, codes.FailedPrecondition},
+		{refusal.ErrPrecondition, codes.FailedPrecondition},
 		{ports.ErrNotOwned, codes.FailedPrecondition},
 		{ports.ErrBusy, codes.FailedPrecondition},
-		{app.ErrPending, codes.Aborted},
+		{refusal.ErrPending, codes.Aborted},
 		{ports.ErrNotPrimary, codes.Aborted},
-		{app.ErrInvalidToken, codes.Aborted},
+		{provision.ErrInvalidToken, codes.Aborted},
 		{ports.ErrConflict, codes.Aborted},
 		{ports.ErrUnavailable, codes.Unavailable},
 		{replica.ErrFenced, codes.FailedPrecondition},

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
 )
 
 // TopologyKey labels the node a volume is reachable from.
@@ -17,7 +17,7 @@ const TopologyKey = "topology.ferry.zfs.csi.io/node"
 // Controller serves the CSI Controller service.
 type Controller struct {
 	csi.UnimplementedControllerServer
-	UC *app.Controller
+	UC *provision.Service
 	// NodeExpansion: do not advertise controller expansion, so that the
 	// external-resizer only records the new size and the node that
 	// publishes the volume grows it (NodeExpandVolume). A controller that
@@ -54,7 +54,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, required("volume_capabilities")
 	}
-	ucReq := app.CreateVolumeRequest{
+	ucReq := provision.CreateVolumeRequest{
 		Name:         req.GetName(),
 		Capacity:     capacityRange(req.GetCapacityRange()),
 		Capabilities: capabilities(req.GetVolumeCapabilities()),
@@ -83,7 +83,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	return &csi.CreateVolumeResponse{Volume: toCSIVolume(v)}, nil
 }
 
-func toCSIVolume(v app.Volume) *csi.Volume {
+func toCSIVolume(v provision.Volume) *csi.Volume {
 	out := &csi.Volume{
 		VolumeId:           string(v.ID),
 		CapacityBytes:      v.CapacityBytes,
@@ -183,7 +183,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	return &csi.CreateSnapshotResponse{Snapshot: toCSISnapshot(s)}, nil
 }
 
-func toCSISnapshot(s app.Snapshot) *csi.Snapshot {
+func toCSISnapshot(s provision.Snapshot) *csi.Snapshot {
 	return &csi.Snapshot{
 		SnapshotId:     s.ID,
 		SourceVolumeId: string(s.SourceVolumeID),
@@ -218,7 +218,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 // topology is where the volume may be used: its node and, for a
 // replicated volume, every node carrying its placement label (the PV's
 // node affinity ORs the segments).
-func topology(v app.Volume) []*csi.Topology {
+func topology(v provision.Volume) []*csi.Topology {
 	t := []*csi.Topology{{Segments: map[string]string{TopologyKey: string(v.Node)}}}
 	if len(v.Usable) > 0 {
 		t = append(t, &csi.Topology{Segments: v.Usable})

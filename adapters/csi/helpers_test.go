@@ -21,7 +21,8 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -45,7 +46,7 @@ type env struct {
 	node  spec.NodeClient
 	ident spec.IdentityClient
 	// ctrlUC is the controller use case behind ctrl.
-	ctrlUC *app.Controller
+	ctrlUC *provision.Service
 }
 
 // newEnv serves a fresh driver. wrap, when given, wraps the memstore in the
@@ -59,13 +60,13 @@ func newEnv(t *testing.T, wrap ...func(*memstore.Store) ports.SnapshotStore) *en
 		store = w(mem)
 	}
 	mounter := newFakeMounter()
-	cfg := app.Config{Driver: driverName, Node: nodeName, Pool: poolName}
+	cfg := publish.Config{Node: nodeName}
 	log := zap.NewNop()
 	id := &csi.Identity{Name: driverName, Version: driverVersion,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
-	ctrlUC := app.NewController(cfg, store, mounter, log)
+	ctrlUC := provision.New(provision.Config{Node: nodeName, Pool: poolName}, store, mounter, log)
 	ctrl := &csi.Controller{UC: ctrlUC}
-	node := &csi.Node{UC: app.NewNode(cfg, store, mounter, log)}
+	node := &csi.Node{UC: publish.New(cfg, store, mounter, log)}
 	conn := serve(t, csi.NewServer(log, id, ctrl, node))
 	return &env{
 		dir: dir, mem: mem, mount: mounter, ctrlUC: ctrlUC,

@@ -7,14 +7,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // Node serves the CSI Node service.
 type Node struct {
 	csi.UnimplementedNodeServer
-	UC *app.Node
+	UC *publish.Service
 }
 
 var nodeCaps = []csi.NodeServiceCapability_RPC_Type{
@@ -47,7 +47,7 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	case req.GetVolumeCapability() == nil:
 		return nil, required("volume_capability")
 	}
-	err := n.UC.Publish(ctx, app.PublishRequest{
+	err := n.UC.Publish(ctx, publish.Request{
 		VolumeID:   req.GetVolumeId(),
 		TargetPath: req.GetTargetPath(),
 		ReadOnly:   req.GetReadonly(),

@@ -18,7 +18,8 @@ import (
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/tests/zfstest"
 )
 
@@ -67,13 +68,13 @@ func newZFSEnv(t *testing.T) *zfsEnv {
 	// Runs before the pool is destroyed (cleanups run last-in first-out):
 	// a failed test must not leave a bind mount holding the pool busy.
 	t.Cleanup(func() { detachBelow(base) })
-	cfg := app.Config{Driver: driverName, Node: nodeName, Pool: pool.Name, KubeletDir: e.kubelet}
+	cfg := publish.Config{Node: nodeName, KubeletDir: e.kubelet}
 	log := zap.NewNop()
 	mounter := mount.Linux{}
 	id := &csi.Identity{Name: driverName, Version: driverVersion, Ready: func(context.Context) error { return nil }}
 	conn := serve(t, csi.NewServer(log, id,
-		&csi.Controller{UC: app.NewController(cfg, store, mounter.Table, log)},
-		&csi.Node{UC: app.NewNode(cfg, store, mounter, log)}))
+		&csi.Controller{UC: provision.New(provision.Config{Node: nodeName, Pool: pool.Name}, store, mounter.Table, log)},
+		&csi.Node{UC: publish.New(cfg, store, mounter, log)}))
 	e.ctrl, e.node = spec.NewControllerClient(conn), spec.NewNodeClient(conn)
 	return e
 }

@@ -2,8 +2,8 @@
 // volume manager listens on a socket named for its node and volume in a
 // directory of the node that only root can enter, and the node plugin
 // talks HTTP to it. Nothing here decides: the server hands each request
-// to the volume manager (app.Replicator), the client maps the answers to
-// the port's errors.
+// to the volume manager (replication.Replicator), the client maps the
+// answers to the port's errors.
 package replicactl
 
 import (
@@ -41,7 +41,7 @@ func SocketPath(dir string, node replica.Node, id volume.ID) string {
 	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".sock")
 }
 
-// Manager is what the server needs of a volume manager (app.Replicator).
+// Manager is what the server needs of a volume manager (replication.Replicator).
 type Manager interface {
 	Acquire(ctx context.Context) error
 	ReleaseAndWait(ctx context.Context) error

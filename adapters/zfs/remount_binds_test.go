@@ -37,7 +37,7 @@ func mountedAt(t *testing.T, dir string) bool {
 
 // Publish on the node that is already the primary (a Deployment's rolling
 // update puts the new pod where the volume is usable: the primary's node
-// alone) remounts the dataset (app.Node.acquire -> SnapshotStore.Remount)
+// alone) remounts the dataset (publish.Service.acquire -> SnapshotStore.Remount)
 // while the old pod's bind mount is in place. The port says Remount
 // answers ErrBusy then. The ZFS adapter instead unmounts every mount whose
 // source is the dataset (unmountLeftover), the pod's bind mount included:

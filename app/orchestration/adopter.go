@@ -28,9 +28,9 @@ type Adopter struct {
 }
 
 // LeaveFunc runs the safe-deletion protocol for this node's copy of a
-// volume, here, as a terminating volume manager would (app.Replicator's
-// Terminate): nil once the copy is destroyed and its entry gone,
-// replica.ErrUnsafe (wrapped) when the rule keeps the copy.
+// volume, here, as a terminating volume manager would
+// (replication.Replicator's Terminate): nil once the copy is destroyed and
+// its entry gone, replica.ErrUnsafe (wrapped) when the rule keeps the copy.
 type LeaveFunc func(ctx context.Context, id volume.ID) error
 
 // NewAdopter returns the adopter of node.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -78,7 +78,7 @@ func TestTheAdopterRestartsListedCopiesRaisingTheWorkloadFirst(t *testing.T) {
 
 func leaveHere(node replica.Node, store ports.SnapshotStore, states ports.ClusterState) orchestration.LeaveFunc {
 	return func(ctx context.Context, id volume.ID) error {
-		return app.LeaveHere(ctx, node, id, store, states, nopEvents{}, zap.NewNop())
+		return replication.LeaveHere(ctx, node, id, store, states, nopEvents{}, zap.NewNop())
 	}
 }
 
@@ -213,7 +213,7 @@ func TestTheAdopterKeepsAFencedTermsWritesAsideBeforeDestroyingASurplusCopy(t *t
 	w := mocks.NewMockReplicaWorkload(ctrl) // no Scale, no StartReplica
 	w.EXPECT().Status(gomock.Any(), volume.ID("fenced"), replica.Node("b")).Return(ports.WorkloadStatus{Secondaries: 1, Running: 1}, nil)
 	leave := func(ctx context.Context, id volume.ID) error {
-		return app.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
+		return replication.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
 	}
 	started, err := orchestration.NewAdopter("b", store, states, w, leave, zap.NewNop()).Sync(ctx)
 	if err != nil || len(started) != 0 {
@@ -254,7 +254,7 @@ func TestTheAdopterDestroysNoSurplusCopyWhoseFencedWritesCannotBeKept(t *testing
 	w.EXPECT().Scale(gomock.Any(), volume.ID("fenced"), 2).Return(nil)
 	w.EXPECT().StartReplica(gomock.Any(), volume.ID("fenced"), replica.Node("b"), gomock.Any(), false).Return(nil)
 	leave := func(ctx context.Context, id volume.ID) error {
-		return app.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
+		return replication.LeaveHere(ctx, "b", id, store, states, ev, zap.NewNop())
 	}
 	if _, err := orchestration.NewAdopter("b", store, states, w, leave, zap.NewNop()).Sync(ctx); err != nil {
 		t.Fatal(err)

@@ -280,7 +280,7 @@ func TestAPodOnALostNodeDoesNotMakeTheSizerDeleteTheCopyALiveNodeRuns(t *testing
 
 	// The writer's pod, deleted on a and started on c: its publish moves
 	// c's replica pod out of the workload, then sizes it for the pods
-	// outside (app.Node.acquire: SetOutside, then resize).
+	// outside (publish.Service.acquire: SetOutside, then resize).
 	if err := w.SetOutside(ctx, id, "c", true); err != nil {
 		t.Fatal(err)
 	}

@@ -21,9 +21,11 @@ import (
 	"github.com/ferry-csi/ferry/adapters/nodefence"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -54,7 +56,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 		}
 		replicas = tpl.Namespace
 		leave := func(ctx context.Context, id volume.ID) error {
-			return app.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
+			return replication.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
 		}
 		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), leave, log.Named("adopt"))
 	}
@@ -197,7 +199,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 // enableReplication lets the node's controller service replicate volumes
 // of factor 2 or more (--replica-template): ReplicatedVolumes, replica
 // pods from the template, ReplicaSets and budgets.
-func enableReplication(o *Options, ctrl *app.Controller, events ports.EventRecorder) error {
+func enableReplication(o *Options, ctrl *provision.Service, events ports.EventRecorder) error {
 	if o.ReplicaTemplate == "" {
 		return nil
 	}
@@ -264,7 +266,7 @@ func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.In
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, n *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
+func nodeReplication(o *Options, n *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
 	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
 		return nil
 	}
@@ -276,7 +278,7 @@ func nodeReplication(o *Options, n *app.Node, lock ports.WriteLock, events ports
 	if err != nil {
 		return err
 	}
-	r := app.NodeReplication{
+	r := publish.Replication{
 		Cluster:   rvstate.New(dyn, nil),
 		Control:   replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
 		Workload:  workload.New(kube, dyn, tpl),

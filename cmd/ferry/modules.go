@@ -18,14 +18,17 @@ import (
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/registration"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app"
 	"github.com/ferry-csi/ferry/app/failover"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// base is in every mode: options, logger (also fx's own), app config.
+// base is in every mode: options, logger (also fx's own), the use cases'
+// configs.
 func base(o *Options, mode string) fx.Option {
 	return fx.Options(
 		fx.Supply(o),
@@ -35,8 +38,11 @@ func base(o *Options, mode string) fx.Option {
 			l.UseLogLevel(zapcore.DebugLevel)
 			return l
 		}),
-		fx.Provide(func() app.Config {
-			return app.Config{Driver: o.DriverName, Node: replica.Node(o.NodeID), Pool: o.Pool, KubeletDir: o.KubeletDir}
+		fx.Provide(func() provision.Config {
+			return provision.Config{Node: replica.Node(o.NodeID), Pool: o.Pool}
+		}),
+		fx.Provide(func() publish.Config {
+			return publish.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir}
 		}),
 	)
 }
@@ -133,21 +139,21 @@ func daemonApp(o *Options) fx.Option {
 				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
 				return mount.Linux{}
 			},
-			app.NewNode,
+			publish.New,
 			func() ports.MountTable { return mount.Table{} },
 			// Events of the node's controller service and of copies left
 			// here: on the ReplicatedVolume and its claim.
 			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, log, "daemon", true)
 			},
-			func(uc *app.Node, cfg app.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
+			func(uc *publish.Service, cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					ctrl := app.NewController(cfg, s, mt, log)
+					ctrl := provision.New(cfg, s, mt, log)
 					if err := enableReplication(o, ctrl, events); err != nil {
 						return csiServices{}, err
 					}
@@ -172,11 +178,11 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *app.Node, log *zap.Logger) error {
+			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
 				return daemonKube(lc, o, s, lock, mt, newFencer(), relay, events, takers, uc, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
-			func(uc *app.Node, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
+			func(uc *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
 				return nodeReplication(o, uc, lock, events, takers)
 			},
 		),
@@ -191,8 +197,8 @@ func controllerApp(o *Options) fx.Option {
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
 			func() ports.MountTable { return mount.Table{} },
-			app.NewController,
-			func(uc *app.Controller, s ports.SnapshotStore) csiServices {
+			provision.New,
+			func(uc *provision.Service, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}
 			},
 			csiServer,
@@ -213,7 +219,7 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, log, "volume-manager", false)
 			},
-			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*app.Replicator, error) {
+			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 				return replicator(o, s, c, t, events, log)
 			},
 		),
@@ -221,12 +227,12 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
 				return peerServer(lc, o, s, nil, log)
 			},
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *app.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
-			func(lc fx.Lifecycle, r *app.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+			func(lc fx.Lifecycle, r *replication.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 				return runWatchdog(lc, o, r, s, lock, events, log)
 			},
 		),

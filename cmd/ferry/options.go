@@ -4,14 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ferry-csi/ferry/domain/liveness"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/publish"
+	"github.com/ferry-csi/ferry/app/replication"
+	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/volume"
 )
 
@@ -118,7 +119,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.LeaseMargin, "lease-margin", 500*time.Millisecond, "with --peer-advertise: what absorbs request delays and clock-rate drift between the fence and a takeover (they are 2 margins apart)")
 	fs.StringVar(&o.FenceNodeCommand, "fence-node-command", "", "with --peer-advertise: a program run with a lost node's name as its only argument before any of that node's volumes is taken over from it (a power switch, a fence agent, a remediation operator's request); exit status 0: the node can no longer write; anything else holds the takeover back, retried; empty: takeovers follow the lease alone")
 	fs.Uint64Var(&o.AllowedLag, "allowed-lag", 1, "with --peer-advertise: snapshots a copy may be behind the newest and still take a lost primary's volume over (the volume managers' --allowed-lag)")
-	fs.DurationVar(&o.HandoverWait, "handover-wait", app.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
+	fs.DurationVar(&o.HandoverWait, "handover-wait", publish.DefaultHandoverWait, "with --replica-template: how long a read/write publish waits for the replica to become the primary (another node's pod may still hold the volume) before answering Aborted, and an unpublish for the final snapshot")
 	return o
 }
 
@@ -159,7 +160,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.Peers, "peers", "", "peer addresses as node=host:port,...; empty with --cluster-state kubernetes: from the nodes' Leases")
 	kubeFlags(fs, o)
 	fs.DurationVar(&o.Tick, "tick", time.Second, "how often the replica re-reads the shared state and decides while it has work (idle, with --cluster-state kubernetes, it waits for a change of its ReplicatedVolume)")
-	fs.DurationVar(&o.Resync, "resync", app.DefaultResync, "how often an idle replica re-reads its state and pool although no change was notified")
+	fs.DurationVar(&o.Resync, "resync", replication.DefaultResync, "how often an idle replica re-reads its state and pool although no change was notified")
 	fs.BoolVar(&o.Watch, "watch", true, "with --cluster-state kubernetes, wait for changes of the ReplicatedVolume while idle; false: re-read it every tick")
 	fs.DurationVar(&o.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often the primary snapshots (StorageClass snapshotInterval)")
 	fs.StringVar(&o.FenceNodeCommand, "fence-node-command", "", "with --peer-advertise: a program run with a lost node's name as its only argument before any of that node's volumes is taken over from it (a power switch, a fence agent, a remediation operator's request); exit status 0: the node can no longer write; anything else holds the takeover back, retried; empty: takeovers follow the lease alone")
@@ -170,7 +171,7 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.StatusListen, "status-listen", "", "address of the replica's HTTP endpoint (GET /status as JSON, POST /snapshot to snapshot now); keep it on localhost; empty: none")
 	fs.StringVar(&o.ControlDir, "control-dir", "", "directory of the control socket the node plugin hands publish and unpublish over (a host directory only root enters; the node daemon's --replica-control-dir), where the daemon also publishes the node's write permit; empty: none")
 	fs.BoolVar(&o.Watchdog, "watchdog", false, "with --control-dir: fence this volume's primary here on its own when the node's write permit, which the node daemon publishes there, has run out (the daemon is down, or the node lost its lease), or has gone once read; a node whose daemon publishes no permit (an older one) is not watched: stop every process holding its filesystem and cover the pods' mounts. Needs the host's pid namespace, privileges and the kubelet's pods directory mounted with Bidirectional propagation (default false)")
-	fs.DurationVar(&o.WatchdogPoll, "watchdog-poll", app.DefaultWatchdogPoll, "with --watchdog: how often the permit is read (never less often than every half lease margin the daemon publishes)")
+	fs.DurationVar(&o.WatchdogPoll, "watchdog-poll", replication.DefaultWatchdogPoll, "with --watchdog: how often the permit is read (never less often than every half lease margin the daemon publishes)")
 	return o
 }
 

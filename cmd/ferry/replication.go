@@ -24,7 +24,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -132,20 +132,20 @@ func kubeConfig(path, component string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*app.Replicator, error) {
+func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 	id, err := volume.ParseID("--volume", o.Volume)
 	if err != nil {
 		return nil, err
 	}
-	cfg := app.ReplicatorConfig{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
+	cfg := replication.Config{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
 		MaxTransferRate: int64(o.MaxTransferRate)}
-	return app.NewReplicator(cfg, store, cluster, t, events, log), nil
+	return replication.New(cfg, store, cluster, t, events, log), nil
 }
 
 // runReplicator runs the volume manager; on stop (SIGTERM) it runs the
 // safe-deletion protocol: the local copy goes only if enough up-to-date
 // replicas remain, else it stays for the next volume manager.
-func runReplicator(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+func runReplicator(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{
@@ -171,7 +171,7 @@ func runReplicator(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 // snapshot requests (POST /snapshot: the primary snapshots at its next
 // decision; unpublish asks for one so the next primary starts from it).
 // It is meant for the node's own processes: bind it to localhost.
-func statusHandler(r *app.Replicator) http.Handler {
+func statusHandler(r *replication.Replicator) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -189,7 +189,7 @@ func statusHandler(r *app.Replicator) http.Handler {
 // active primary, 503 otherwise, so that a ReplicaSet scaling down removes
 // stale replicas first. It serves nothing else: it listens where the
 // kubelet reaches it, unlike the status endpoint.
-func readyHandler(r interface{ Status() app.Status }) http.Handler {
+func readyHandler(r interface{ Status() replication.Status }) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
 		st := r.Status()
@@ -205,7 +205,7 @@ func readyHandler(r interface{ Status() app.Status }) http.Handler {
 
 // statusServer serves statusHandler on --status-listen and readyHandler
 // on --probe-listen.
-func statusServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+func statusServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
 	serveHTTP(lc, o.ProbeListen, readyHandler(r), "serving the readiness probe", log)
 	serveHTTP(lc, o.StatusListen, statusHandler(r), "serving status", log)
 }
@@ -231,7 +231,7 @@ func serveHTTP(lc fx.Lifecycle, addr string, h http.Handler, what string, log *z
 
 // controlServer serves the node plugin's publish and unpublish requests
 // (adapters/replicactl) on this volume manager's socket in --control-dir.
-func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logger) {
+func controlServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
 	if o.ControlDir == "" {
 		return
 	}
@@ -263,7 +263,7 @@ func controlServer(lc fx.Lifecycle, o *Options, r *app.Replicator, log *zap.Logg
 // runWatchdog runs the volume manager's watchdog (--watchdog): it fences
 // the primary here when the node's write permit, which the node daemon
 // publishes in --control-dir, has run out.
-func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+func runWatchdog(lc fx.Lifecycle, o *Options, r *replication.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 	if !o.Watchdog {
 		return nil
 	}
@@ -273,7 +273,7 @@ func runWatchdog(lc fx.Lifecycle, o *Options, r *app.Replicator, store ports.Sna
 	}
 	node := replica.Node(o.NodeID)
 	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
-	w := app.NewWatchdog(app.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, lock, newHolderStopper(), events, log.Named("watchdog"))
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, lock, newHolderStopper(), events, log.Named("watchdog"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{

@@ -14,7 +14,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/fakecluster"
 	"github.com/ferry-csi/ferry/adapters/faketransport"
 	"github.com/ferry-csi/ferry/adapters/memstore"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -30,7 +30,7 @@ func TestTheStatusEndpointReportsTheReplicaAndTakesSnapshotRequests(t *testing.T
 		Replicas: []replica.Replica{{Node: "n1", Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	r := app.NewReplicator(app.ReplicatorConfig{Node: "n1", Volume: "v", Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
+	r := replication.New(replication.Config{Node: "n1", Volume: "v", Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
 		store, state, faketransport.New(), eventlog.Recorder{Log: zap.NewNop()}, zap.NewNop())
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -49,7 +49,7 @@ func TestTheStatusEndpointReportsTheReplicaAndTakesSnapshotRequests(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
-		var s app.Status
+		var s replication.Status
 		err = json.NewDecoder(resp.Body).Decode(&s)
 		resp.Body.Close()
 		if err != nil {
@@ -65,9 +65,9 @@ func TestTheStatusEndpointReportsTheReplicaAndTakesSnapshotRequests(t *testing.T
 	}
 }
 
-type fixedStatus app.Status
+type fixedStatus replication.Status
 
-func (f *fixedStatus) Status() app.Status { return app.Status(*f) }
+func (f *fixedStatus) Status() replication.Status { return replication.Status(*f) }
 
 func TestTheReadinessProbeFollowsTheReplicasReadiness(t *testing.T) {
 	st := &fixedStatus{Snapshot: 3, Epoch: 1}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -260,8 +260,8 @@ func (c *volumeCluster) kill(n replica.Node) {
 	}
 }
 
-func (c *volumeCluster) statusOf(n replica.Node) (app.Status, error) {
-	var s app.Status
+func (c *volumeCluster) statusOf(n replica.Node) (replication.Status, error) {
+	var s replication.Status
 	cl := http.Client{Timeout: 2 * time.Second}
 	resp, err := cl.Get(fmt.Sprintf("http://127.0.0.1:%d/status", c.status[n]))
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -58,9 +58,9 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 		s, err := c.statusOf("a")
 		return err == nil && s.Snapshot > 0
 	})
-	killMidStream := func(what string) app.TransferStatus {
+	killMidStream := func(what string) replication.TransferStatus {
 		c.start("b")
-		var seen app.TransferStatus
+		var seen replication.TransferStatus
 		c.eventually("b's "+what+" is under way", 60*time.Second, func() bool {
 			s, err := c.statusOf("b")
 			if err == nil && s.Transfer != nil {

@@ -7,7 +7,7 @@
 // standing in for a dataset) with a pod's bind mount of it; a writer
 // process holding a file open through that mount; the Linux mount table
 // and fence (adapters/mount, adapters/fence) in the watchdog
-// (app.Watchdog). Nothing of the node is touched but what the test
+// (replication.Watchdog). Nothing of the node is touched but what the test
 // mounts and the processes it starts. (The write lock is the memory
 // store's record here; adapters/zfs tests readonly=on on a real pool.)
 package watchdog
@@ -31,7 +31,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/memstore"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
-	"github.com/ferry-csi/ferry/app"
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -124,7 +124,7 @@ func TestAWriterIsStoppedOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.
 
 	ev := &events{}
 	node := permitfile.New(control, "a", permitfile.Options{})
-	w := app.NewWatchdog(app.WatchdogConfig{Node: "a", Volume: id, Poll: 100 * time.Millisecond}, node, node, func() bool { return false },
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "a", Volume: id, Poll: 100 * time.Millisecond}, node, node, func() bool { return false },
 		store, mount.Table{}, store, fence.New(fence.Options{Wait: 3 * time.Second}), ev, zaptest.NewLogger(t))
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -1,0 +1,547 @@
+package provision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/volumelock"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// Config is what the controller's use cases know about the process they
+// run in.
+type Config struct {
+	Node replica.Node // the node whose store this process drives
+	Pool string       // the pool the store serves
+}
+
+// Volume context keys: facts fixed at creation, handed to every node call.
+const (
+	ContextReplicationFactor = "replicationFactor"
+	ContextPool              = "pool"
+)
+
+// The external-provisioner's metadata keys (--extra-create-metadata),
+// found in volume.Params.Metadata.
+const (
+	metaClaimNamespace   = "csi.storage.k8s.io/pvc/namespace"
+	metaClaimName        = "csi.storage.k8s.io/pvc/name"
+	metaPersistentVolume = "csi.storage.k8s.io/pv/name"
+)
+
+// Service implements the CSI controller's use cases on the local store.
+//
+// In this stage a volume lives in the pool of the node the controller runs
+// on, and CreateVolume reports that node as its topology; the orchestration
+// stage moves placement to per-volume replica pods.
+type Service struct {
+	cfg    Config
+	store  ports.SnapshotStore
+	mounts ports.MountTable
+	locks  *volumelock.Locks
+	log    *zap.Logger
+	// cluster and workload, when set, replicate volumes whose replication
+	// factor is 2 or more (EnableReplication).
+	cluster  ports.ClusterState
+	workload ports.ReplicaWorkload
+	// events, when set, hears what the replication of a volume did
+	// (RecordEvents).
+	events ports.EventRecorder
+}
+
+// New returns the controller use cases over store. mounts is the
+// mount table of the node the store is on: in this stage it tells whether
+// a volume is published (DeleteVolume refuses a volume in use).
+func New(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Service {
+	return &Service{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
+}
+
+// EnableReplication makes CreateVolume replicate volumes whose replication
+// factor is 2 or more: their shared state (Kubernetes: a ReplicatedVolume)
+// names this node the primary of epoch 1, this node's volume manager
+// starts, and the workload runs the secondaries. Volumes of factor 1 stay
+// plain node-local datasets.
+func (c *Service) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
+	c.cluster, c.workload = cluster, w
+}
+
+// RecordEvents makes the controller raise events on the volumes it
+// replicates (Kubernetes: on the ReplicatedVolume and its claim): each
+// step of setting up replication that fails, and its completion.
+func (c *Service) RecordEvents(r ports.EventRecorder) { c.events = r }
+
+// CreateVolumeRequest is a validated-on-use CreateVolume call.
+type CreateVolumeRequest struct {
+	Name         string
+	Capacity     volume.CapacityRange
+	Capabilities []volume.Capability
+	Parameters   map[string]string
+	// At most one source: a CSI snapshot ID or a volume ID.
+	SourceSnapshotID string
+	SourceVolumeID   string
+}
+
+// Volume is a provisioned volume as the CSI controller reports it.
+type Volume struct {
+	ID               volume.ID
+	CapacityBytes    int64
+	Context          map[string]string
+	Node             replica.Node
+	SourceSnapshotID string
+	SourceVolumeID   string
+	// Usable, for a replicated volume, is a second topology segment: the
+	// nodes where a ready replica lives (placement labels).
+	Usable map[string]string
+}
+
+// CreateVolume provisions a volume, or returns the one a previous identical
+// request made. A request that differs from the first (size, parameters,
+// source) answers ErrIncompatible; nothing is changed by a refused request.
+func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
+	id, err := volume.ParseID("name", req.Name)
+	if err != nil {
+		return Volume{}, err
+	}
+	if err := checkCapabilities(req.Capabilities); err != nil {
+		return Volume{}, err
+	}
+	params, err := volume.ParseParams(req.Parameters)
+	if err != nil {
+		return Volume{}, err
+	}
+	if params.Pool != "" && params.Pool != c.cfg.Pool {
+		return Volume{}, &volume.InvalidError{Field: "parameters.pool", Value: params.Pool,
+			Reason: fmt.Sprintf("this driver serves pool %q", c.cfg.Pool)}
+	}
+	size, err := req.Capacity.Choose()
+	if err != nil {
+		return Volume{}, err
+	}
+	if req.SourceSnapshotID != "" && req.SourceVolumeID != "" {
+		return Volume{}, &volume.InvalidError{Field: "volume_content_source", Reason: "give a snapshot or a volume, not both"}
+	}
+	source := ""
+	switch {
+	case req.SourceSnapshotID != "":
+		source = "snapshot:" + req.SourceSnapshotID
+	case req.SourceVolumeID != "":
+		source = "volume:" + req.SourceVolumeID
+	}
+	meta := map[string]string{
+		ports.MetaVolume:            string(id),
+		ports.MetaName:              req.Name,
+		ports.MetaReplicationFactor: strconv.Itoa(params.ReplicationFactor),
+		ports.MetaParams:            paramsDigest(req.Parameters),
+	}
+	if source != "" {
+		meta[ports.MetaSource] = source
+	}
+	if ns, name := params.Metadata[metaClaimNamespace], params.Metadata[metaClaimName]; name != "" {
+		meta[ports.MetaPVC] = ns + "/" + name
+	}
+
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return Volume{}, fmt.Errorf("create volume %s: %w", id, refusal.ErrPending)
+	}
+	defer unlock()
+
+	log := c.log.With(zap.String("volume", string(id)))
+	existing, err := c.store.GetVolume(ctx, id)
+	switch {
+	case err == nil && existing.Metadata[ports.MetaName] == "":
+		// A copy that failed between receiving and recording its metadata:
+		// the stream alone made it, so it holds nothing but the source's data.
+		log.Warn("destroying an incomplete copy left by an earlier attempt")
+		if err := c.store.DestroyVolume(ctx, id); err != nil {
+			return Volume{}, err
+		}
+	case err == nil:
+		if !req.Capacity.Fits(existing.CapacityBytes) || existing.Metadata[ports.MetaParams] != meta[ports.MetaParams] ||
+			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
+			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], refusal.ErrIncompatible)
+		}
+		return c.replicate(ctx, c.volume(existing, params, req), params)
+	case errors.Is(err, ports.ErrNotOwned):
+		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, refusal.ErrPrecondition)
+	case !errors.Is(err, ports.ErrNotFound):
+		return Volume{}, err
+	}
+
+	var info ports.VolumeInfo
+	switch {
+	case req.SourceSnapshotID != "":
+		info, err = c.copyFromSnapshot(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceSnapshotID)
+	case req.SourceVolumeID != "":
+		info, err = c.copyFromVolume(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceVolumeID)
+	default:
+		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: size, Properties: params.Properties, Metadata: meta})
+	}
+	if err != nil {
+		return Volume{}, err
+	}
+	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
+		zap.Int("replicationFactor", params.ReplicationFactor))
+	return c.replicate(ctx, c.volume(info, params, req), params)
+}
+
+// replicate sets up replication of a new (or retried) volume of factor 2
+// or more when replication is enabled: the shared state with this node as
+// the active primary of epoch 1 (the volume was created here for the pod
+// the scheduler placed here; handing the primary over when the pod moves
+// is the next stage), this node's volume manager, and the secondaries'
+// workload sized by placement.Desired. Every step is idempotent, so a
+// retried CreateVolume completes what an interrupted one began.
+func (c *Service) replicate(ctx context.Context, v Volume, params volume.Params) (Volume, error) {
+	if c.cluster == nil || c.workload == nil || params.ReplicationFactor < 2 {
+		return v, nil
+	}
+	self := c.cfg.Node
+	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self,
+		Replicas: []replica.Replica{{Node: self, Active: true}}}
+	var st replica.State
+	var err error
+	if rec, ok := c.cluster.(ports.SpecRecorder); ok {
+		st, err = rec.CreateWithSpec(ctx, first, volumeSpec(v, params))
+	} else {
+		st, err = c.cluster.Create(ctx, first)
+	}
+	if errors.Is(err, ports.ErrExists) {
+		st, err = c.cluster.Get(ctx, v.ID)
+	}
+	if err != nil {
+		c.warn(ctx, v.ID, ReasonStateFailed, "replicated volume: shared state not created: %v", err)
+		return Volume{}, fmt.Errorf("replicated volume %s: shared state: %w", v.ID, err)
+	}
+	primary := st.Primary == self
+	if r, ok := st.Replica(self); !ok || (primary && !r.Active) {
+		primary = false
+	}
+	if err := c.workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
+		c.warn(ctx, v.ID, ReasonReplicaFailed, "replicated volume: volume manager on node %s not started: %v", self, err)
+		return Volume{}, err
+	}
+	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st), params.SnapshotInterval); err != nil {
+		c.warn(ctx, v.ID, ReasonWorkloadFailed, "replicated volume: ReplicaSet and budget not applied: %v", err)
+		return Volume{}, err
+	}
+	k, val := c.workload.Segment(v.ID)
+	v.Usable = map[string]string{k: val}
+	holder := fmt.Sprintf("this node %s holds the primary", self)
+	if !primary {
+		holder = fmt.Sprintf("this node %s holds a copy, node %s the primary", self, st.Primary)
+	}
+	c.record(ctx, v.ID, ports.Event{Type: ports.EventNormal, Reason: ReasonReplicasRequested,
+		Message: fmt.Sprintf("replicated volume: %d copies; %s; ReplicaSet and budget applied", st.ReplicationFactor, holder)})
+	return v, nil
+}
+
+// Reasons of the controller's events.
+const (
+	// ReasonReplicasRequested: a replicated volume's state, this node's
+	// volume manager, ReplicaSet and budget are in place.
+	ReasonReplicasRequested = "ReplicasRequested"
+	// Warnings, one per failed step of setting up replication (CreateVolume
+	// fails and the provisioner retries).
+	ReasonStateFailed    = "ReplicatedVolumeFailed"
+	ReasonReplicaFailed  = "VolumeManagerFailed"
+	ReasonWorkloadFailed = "ReplicaSetFailed"
+)
+
+func (c *Service) record(ctx context.Context, id volume.ID, e ports.Event) {
+	if c.events != nil {
+		c.events.Record(ctx, id, e)
+	}
+}
+
+func (c *Service) warn(ctx context.Context, id volume.ID, reason, format string, args ...any) {
+	c.record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// volumeSpec is what the shared state records of a new volume for
+// operators: its size and snapshot interval, and, from the provisioner's
+// metadata (--extra-create-metadata), its PersistentVolume and claim. The
+// provisioner names the volume after its PersistentVolume, so the name is
+// the PV's when the metadata does not say. The StorageClass's name is not
+// in a CreateVolume request.
+func volumeSpec(v Volume, params volume.Params) ports.VolumeSpec {
+	pv := params.Metadata[metaPersistentVolume]
+	if pv == "" {
+		pv = string(v.ID)
+	}
+	return ports.VolumeSpec{
+		CapacityBytes:    v.CapacityBytes,
+		SnapshotInterval: params.SnapshotInterval,
+		PersistentVolume: pv,
+		ClaimNamespace:   params.Metadata[metaClaimNamespace],
+		ClaimName:        params.Metadata[metaClaimName],
+	}
+}
+
+func (c *Service) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
+	return Volume{
+		ID:            info.ID,
+		CapacityBytes: info.CapacityBytes,
+		Context: map[string]string{
+			ContextReplicationFactor: info.Metadata[ports.MetaReplicationFactor],
+			ContextPool:              c.cfg.Pool,
+		},
+		Node:             c.cfg.Node,
+		SourceSnapshotID: req.SourceSnapshotID,
+		SourceVolumeID:   req.SourceVolumeID,
+	}
+}
+
+// paramsDigest fingerprints the StorageClass parameters so that a retried
+// CreateVolume can be told from a conflicting one.
+func paramsDigest(p map[string]string) string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\n", k, p[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func checkCapabilities(caps []volume.Capability) error {
+	if len(caps) == 0 {
+		return &volume.InvalidError{Field: "volume_capabilities", Reason: "at least one capability is required"}
+	}
+	for _, c := range caps {
+		if ok, why := c.Supported(); !ok {
+			return fmt.Errorf("%s: %w", why, refusal.ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// DeleteVolume destroys a volume. A volume that does not exist (or an ID
+// no volume can have) is already deleted. A volume with CSI snapshots is
+// kept (ErrPrecondition): destroying it would destroy them. A volume in
+// use is kept too (ErrPrecondition, volume.MayDelete): in this stage
+// "in use" is a mount of its filesystem on this node other than its own
+// mountpoint; the orchestration stage adds the replica state's active
+// primary.
+func (c *Service) DeleteVolume(ctx context.Context, volumeID string) error {
+	if volumeID == "" {
+		return &volume.InvalidError{Field: "volume_id", Reason: "must not be empty"}
+	}
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return nil // no volume can have this ID
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return fmt.Errorf("delete volume %s: %w", id, refusal.ErrPending)
+	}
+	defer unlock()
+	snaps, err := c.store.ListSnapshots(ctx, id)
+	local := true
+	switch {
+	case errors.Is(err, ports.ErrNotFound):
+		local = false // a replicated volume may still have copies elsewhere
+	case errors.Is(err, ports.ErrNotOwned):
+		return fmt.Errorf("volume %s: %w: %w", id, refusal.ErrPrecondition, err)
+	case err != nil:
+		return err
+	}
+	if local {
+		for _, s := range snaps {
+			if ref, ok := volume.SnapshotRefFromStore(id, s.Name, s.Metadata[ports.MetaSnapshotName]); ok {
+				return fmt.Errorf("volume %s has snapshot %s; delete its snapshots first: %w", id, ref.ID(), refusal.ErrPrecondition)
+			}
+		}
+		switch err := c.checkNotInUse(ctx, id); {
+		case errors.Is(err, ports.ErrNotFound):
+			local = false
+		case err != nil:
+			return err
+		}
+	}
+	if c.cluster != nil {
+		// A replicated volume, wherever its copies are: its shared state
+		// is marked for deletion; each replica (this node's included)
+		// destroys its copy and leaves the list, and the state goes with
+		// the last entry (Kubernetes: a finalizer holds the
+		// ReplicatedVolume, and with it its pods, until then).
+		switch err := c.cluster.Delete(ctx, id); {
+		case err == nil:
+			if _, err := c.cluster.Get(ctx, id); !errors.Is(err, ports.ErrNotFound) {
+				c.log.Info("replicated volume deleting: each replica destroys its copy", zap.String("volume", string(id)))
+				return nil
+			}
+			// A state listing no replica goes at once (a creation
+			// interrupted before its first entry): the local copy is
+			// nobody's to destroy but this call's.
+		case !errors.Is(err, ports.ErrNotFound):
+			return fmt.Errorf("delete volume %s: its shared state: %w", id, err)
+		}
+	}
+	if !local {
+		return nil
+	}
+	if err := c.store.DestroyVolume(ctx, id); err != nil {
+		if errors.Is(err, ports.ErrNotFound) {
+			return nil
+		}
+		if errors.Is(err, ports.ErrBusy) {
+			return fmt.Errorf("volume %s is in use: %w: %w", id, refusal.ErrPrecondition, err)
+		}
+		return err
+	}
+	c.log.Info("volume deleted", zap.String("volume", string(id)))
+	return nil
+}
+
+// checkNotInUse applies volume.MayDelete to what this node's mount table
+// shows of the volume.
+func (c *Service) checkNotInUse(ctx context.Context, id volume.ID) error {
+	info, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return err
+	}
+	points, err := c.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return fmt.Errorf("volume %s: reading the mount table: %w", id, err)
+	}
+	var use volume.Use
+	for _, p := range points {
+		if p != path.Clean(info.MountPath) {
+			use.Mounts = append(use.Mounts, p)
+		}
+	}
+	if v := volume.MayDelete(use); !v.Allowed() {
+		return fmt.Errorf("volume %s is %s; unpublish it first: %w", id, v, refusal.ErrPrecondition)
+	}
+	return nil
+}
+
+// ExpandVolume grows a volume to fit the range; a volume already as large is
+// left as it is. ZFS filesystems need no node-side step.
+func (c *Service) ExpandVolume(ctx context.Context, volumeID string, r volume.CapacityRange) (int64, error) {
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return 0, err
+	}
+	size, err := r.Choose()
+	if err != nil {
+		return 0, err
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(id))
+	if !ok {
+		return 0, fmt.Errorf("expand volume %s: %w", id, refusal.ErrPending)
+	}
+	defer unlock()
+	info, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if info.CapacityBytes >= size {
+		return info.CapacityBytes, nil
+	}
+	if err := c.store.Resize(ctx, id, size); err != nil {
+		return 0, err
+	}
+	c.log.Info("volume expanded", zap.String("volume", string(id)), zap.Int64("from", info.CapacityBytes), zap.Int64("bytes", size))
+	return size, nil
+}
+
+// ValidateCapabilities reports whether the volume supports every
+// capability: confirmed is false (with a reason) when one is not.
+func (c *Service) ValidateCapabilities(ctx context.Context, volumeID string, caps []volume.Capability, params map[string]string) (confirmed bool, reason string, err error) {
+	id, err := volume.ParseID("volume_id", volumeID)
+	if err != nil {
+		return false, "", err
+	}
+	if len(caps) == 0 {
+		return false, "", &volume.InvalidError{Field: "volume_capabilities", Reason: "at least one capability is required"}
+	}
+	if _, err := c.store.GetVolume(ctx, id); err != nil {
+		return false, "", err
+	}
+	if _, err := volume.ParseParams(params); err != nil {
+		return false, err.Error(), nil
+	}
+	for _, cp := range caps {
+		if ok, why := cp.Supported(); !ok {
+			return false, why, nil
+		}
+	}
+	return true, "", nil
+}
+
+// Capacity is the space available for new volumes in the local pool.
+func (c *Service) Capacity(ctx context.Context, params map[string]string) (int64, error) {
+	p, err := volume.ParseParams(params)
+	if err != nil {
+		return 0, err
+	}
+	if p.Pool != "" && p.Pool != c.cfg.Pool {
+		return 0, nil
+	}
+	pc, err := c.store.Capacity(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return pc.AvailableBytes, nil
+}
+
+// ListVolumes pages through the volumes by ID: the token is the last ID
+// returned, so deletions between pages do not skip entries.
+func (c *Service) ListVolumes(ctx context.Context, maxEntries int, startingToken string) ([]Volume, string, error) {
+	if maxEntries < 0 {
+		return nil, "", &volume.InvalidError{Field: "max_entries", Reason: "must not be negative"}
+	}
+	all, err := c.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	vols := make([]Volume, 0, len(all))
+	for _, v := range all {
+		vols = append(vols, c.volume(v, volume.Params{}, CreateVolumeRequest{}))
+	}
+	return page(vols, maxEntries, startingToken, func(v Volume) string { return string(v.ID) })
+}
+
+// page returns the entries after token (entries are sorted by key), at
+// most max of them (0: all), and the token of the next page. A token is
+// "after/<key>": '/' never occurs in a key, so no name can pass for one.
+func page[T any](entries []T, max int, token string, key func(T) string) ([]T, string, error) {
+	if token != "" {
+		after, ok := strings.CutPrefix(token, tokenPrefix)
+		if !ok || after == "" {
+			return nil, "", fmt.Errorf("starting_token %q: %w", token, ErrInvalidToken)
+		}
+		start := sort.Search(len(entries), func(i int) bool { return key(entries[i]) > after })
+		entries = entries[start:]
+	}
+	if max > 0 && len(entries) > max {
+		return entries[:max], tokenPrefix + key(entries[max-1]), nil
+	}
+	return entries, "", nil
+}
+
+const tokenPrefix = "after/"
+
+// ErrInvalidToken: a pagination token this driver did not hand out.
+var ErrInvalidToken = errors.New("invalid pagination token")
+
+// Node is the node whose pool this controller provisions from.
+func (c *Service) Node() replica.Node { return c.cfg.Node }

@@ -1,0 +1,130 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// copyFromSnapshot makes volume id a full, independent copy of a CSI
+// snapshot by streaming it through the store (send | receive), the same path
+// replication uses. A clone would be faster but would pin the snapshot: it
+// could not be deleted while the volume lives.
+func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID string) (ports.VolumeInfo, error) {
+	ref, err := volume.ParseSnapshotID("volume_content_source.snapshot.snapshot_id", snapshotID)
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
+	}
+	snap, err := c.findSnapshot(ctx, ref)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	t.size = sizeForCopy(t.size, t.sizeUnset, snap.SizeBytes)
+	if snap.SizeBytes > t.size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, t.size)
+	}
+	return c.copy(ctx, t, ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()})
+}
+
+// copyFromVolume copies a volume through a temporary snapshot of it.
+func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID string) (ports.VolumeInfo, error) {
+	src, err := volume.ParseID("volume_content_source.volume.volume_id", sourceID)
+	if err != nil || src == t.id {
+		// A volume cannot be its own source: it does not exist yet.
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
+	}
+	unlock, ok := c.locks.TryLock("volume/" + string(src))
+	if !ok {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, refusal.ErrPending)
+	}
+	defer unlock()
+	info, err := c.store.GetVolume(ctx, src)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	t.size = sizeForCopy(t.size, t.sizeUnset, info.CapacityBytes)
+	if info.CapacityBytes > t.size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, info.CapacityBytes, t.size)
+	}
+	tmp := "copy-" + volume.Digest(string(t.id))
+	// A snapshot left by an interrupted attempt is stale: take a fresh one.
+	if err := c.store.DestroySnapshot(ctx, src, tmp); err != nil && !errors.Is(err, ports.ErrNotFound) {
+		return ports.VolumeInfo{}, err
+	}
+	if _, err := c.store.CreateSnapshot(ctx, src, tmp, nil); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer func() {
+		if err := c.store.DestroySnapshot(context.WithoutCancel(ctx), src, tmp); err != nil {
+			c.log.Warn("temporary snapshot not destroyed", zap.String("volume", string(src)), zap.String("snapshot", tmp), zap.Error(err))
+		}
+	}()
+	return c.copy(ctx, t, ports.SendRequest{Volume: src, To: tmp})
+}
+
+// sizeForCopy: a copy requested without a capacity range is as large as
+// its source (at least the default), never refused for being too small.
+func sizeForCopy(size int64, unset bool, source int64) int64 {
+	if !unset {
+		return size
+	}
+	need, err := volume.CapacityRange{RequiredBytes: source}.Choose()
+	if err != nil {
+		return size
+	}
+	return max(size, need)
+}
+
+// newVolume is what a copy must become: its ID, size (and whether the
+// request left the size to the driver), StorageClass properties and
+// metadata.
+type newVolume struct {
+	id         volume.ID
+	size       int64
+	sizeUnset  bool
+	properties map[string]string
+	metadata   map[string]string
+}
+
+// copy streams req into a new volume, drops the snapshot the stream
+// brought, then sets the size, the StorageClass's properties (a stream
+// carries none) and the metadata; on any failure it destroys what it made.
+// Metadata goes last: a volume without its name is recognised as an
+// incomplete copy by a retried CreateVolume.
+func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) (info ports.VolumeInfo, err error) {
+	id := t.id
+	stream, err := c.store.Send(ctx, req)
+	if err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer stream.Close()
+	if err := c.store.Receive(ctx, id, stream); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	defer func() {
+		if err != nil {
+			if derr := c.store.DestroyVolume(context.WithoutCancel(ctx), id); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up the partial copy: %w", derr))
+			}
+		}
+	}()
+	if err := c.store.DestroySnapshot(ctx, id, req.To); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.Resize(ctx, id, t.size); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.SetProperties(ctx, id, t.properties); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	if err := c.store.SetMetadata(ctx, id, t.metadata); err != nil {
+		return ports.VolumeInfo{}, err
+	}
+	return c.store.GetVolume(ctx, id)
+}
