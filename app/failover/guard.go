@@ -23,7 +23,7 @@ import (
 // Fencing lives in the daemon: a crashed volume manager does not disable
 // it. Nor does a daemon that is down: the guard publishes its verdicts as
 // the node's write permit (PublishPermits), on which each primary's
-// volume manager fences on its own (liveness.Watch, app.Watchdog).
+// volume manager fences on its own (liveness.Watch, replication.Watchdog).
 type Guard struct {
 	cfg     Config
 	clock   Clock

@@ -51,7 +51,7 @@ type Survivor struct {
 }
 
 // Preparer readies this node's copy for the writer that follows a
-// takeover here (app.Node.PrepareWriter: the remount a publish would
+// takeover here (publish.Service.PrepareWriter: the remount a publish would
 // otherwise make before the pod starts).
 type Preparer interface {
 	PrepareWriter(ctx context.Context, id volume.ID) error
