@@ -2,8 +2,6 @@ package provision
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
@@ -32,14 +30,6 @@ type Config struct {
 const (
 	ContextReplicationFactor = "replicationFactor"
 	ContextPool              = "pool"
-)
-
-// The external-provisioner's metadata keys (--extra-create-metadata),
-// found in volume.Params.Metadata.
-const (
-	metaClaimNamespace   = "csi.storage.k8s.io/pvc/namespace"
-	metaClaimName        = "csi.storage.k8s.io/pvc/name"
-	metaPersistentVolume = "csi.storage.k8s.io/pv/name"
 )
 
 // Service implements the CSI controller's use cases on the local store.
@@ -83,16 +73,9 @@ func (c *Service) EnableReplication(cluster ports.ClusterState, w ports.ReplicaW
 // step of setting up replication that fails, and its completion.
 func (c *Service) RecordEvents(r ports.EventRecorder) { c.events = r }
 
-// CreateVolumeRequest is a validated-on-use CreateVolume call.
-type CreateVolumeRequest struct {
-	Name         string
-	Capacity     volume.CapacityRange
-	Capabilities []volume.Capability
-	Parameters   map[string]string
-	// At most one source: a CSI snapshot ID or a volume ID.
-	SourceSnapshotID string
-	SourceVolumeID   string
-}
+// CreateVolumeRequest is a CreateVolume call as the CSI adapter received
+// it, checked once by volume.ParseCreate.
+type CreateVolumeRequest = volume.CreateRequest
 
 // Volume is a provisioned volume as the CSI controller reports it.
 type Volume struct {
@@ -111,45 +94,21 @@ type Volume struct {
 // request made. A request that differs from the first (size, parameters,
 // source) answers ErrIncompatible; nothing is changed by a refused request.
 func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
-	id, err := volume.ParseID("name", req.Name)
+	spec, err := volume.ParseCreate(req, c.cfg.Pool)
 	if err != nil {
 		return Volume{}, err
 	}
-	if err := checkCapabilities(req.Capabilities); err != nil {
-		return Volume{}, err
-	}
-	params, err := volume.ParseParams(req.Parameters)
-	if err != nil {
-		return Volume{}, err
-	}
-	if params.Pool != "" && params.Pool != c.cfg.Pool {
-		return Volume{}, &volume.InvalidError{Field: "parameters.pool", Value: params.Pool,
-			Reason: fmt.Sprintf("this driver serves pool %q", c.cfg.Pool)}
-	}
-	size, err := req.Capacity.Choose()
-	if err != nil {
-		return Volume{}, err
-	}
-	if req.SourceSnapshotID != "" && req.SourceVolumeID != "" {
-		return Volume{}, &volume.InvalidError{Field: "volume_content_source", Reason: "give a snapshot or a volume, not both"}
-	}
-	source := ""
-	switch {
-	case req.SourceSnapshotID != "":
-		source = "snapshot:" + req.SourceSnapshotID
-	case req.SourceVolumeID != "":
-		source = "volume:" + req.SourceVolumeID
-	}
+	id, params, source := spec.ID, spec.Params, spec.Source.String()
 	meta := map[string]string{
 		ports.MetaVolume:            string(id),
-		ports.MetaName:              req.Name,
+		ports.MetaName:              spec.Name,
 		ports.MetaReplicationFactor: strconv.Itoa(params.ReplicationFactor),
-		ports.MetaParams:            paramsDigest(req.Parameters),
+		ports.MetaParams:            spec.ParamsDigest,
 	}
 	if source != "" {
 		meta[ports.MetaSource] = source
 	}
-	if ns, name := params.Metadata[metaClaimNamespace], params.Metadata[metaClaimName]; name != "" {
+	if ns, name := spec.Claim(); name != "" {
 		meta[ports.MetaPVC] = ns + "/" + name
 	}
 
@@ -170,11 +129,11 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 			return Volume{}, err
 		}
 	case err == nil:
-		if !req.Capacity.Fits(existing.CapacityBytes) || existing.Metadata[ports.MetaParams] != meta[ports.MetaParams] ||
+		if !spec.Capacity.Fits(existing.CapacityBytes) || existing.Metadata[ports.MetaParams] != meta[ports.MetaParams] ||
 			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
 			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], refusal.ErrIncompatible)
 		}
-		return c.replicate(ctx, c.volume(existing, params, req), params)
+		return c.replicate(ctx, c.volume(existing, spec.Source), spec)
 	case errors.Is(err, ports.ErrNotOwned):
 		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, refusal.ErrPrecondition)
 	case !errors.Is(err, ports.ErrNotFound):
@@ -182,20 +141,21 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 	}
 
 	var info ports.VolumeInfo
-	switch {
-	case req.SourceSnapshotID != "":
-		info, err = c.copyFromSnapshot(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceSnapshotID)
-	case req.SourceVolumeID != "":
-		info, err = c.copyFromVolume(ctx, newVolume{id, size, req.Capacity == volume.CapacityRange{}, params.Properties, meta}, req.SourceVolumeID)
+	nv := newVolume{id, spec.Size, spec.DefaultSize, params.Properties, meta}
+	switch spec.Source.Kind {
+	case volume.FromSnapshot:
+		info, err = c.copyFromSnapshot(ctx, nv, spec.Source.ID)
+	case volume.FromVolume:
+		info, err = c.copyFromVolume(ctx, nv, spec.Source.ID)
 	default:
-		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: size, Properties: params.Properties, Metadata: meta})
+		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: spec.Size, Properties: params.Properties, Metadata: meta})
 	}
 	if err != nil {
 		return Volume{}, err
 	}
 	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
 		zap.Int("replicationFactor", params.ReplicationFactor))
-	return c.replicate(ctx, c.volume(info, params, req), params)
+	return c.replicate(ctx, c.volume(info, spec.Source), spec)
 }
 
 // replicate sets up replication of a new (or retried) volume of factor 2
@@ -205,7 +165,8 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 // is the next stage), this node's volume manager, and the secondaries'
 // workload sized by placement.Desired. Every step is idempotent, so a
 // retried CreateVolume completes what an interrupted one began.
-func (c *Service) replicate(ctx context.Context, v Volume, params volume.Params) (Volume, error) {
+func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpec) (Volume, error) {
+	params := spec.Params
 	if c.cluster == nil || c.workload == nil || params.ReplicationFactor < 2 {
 		return v, nil
 	}
@@ -215,7 +176,7 @@ func (c *Service) replicate(ctx context.Context, v Volume, params volume.Params)
 	var st replica.State
 	var err error
 	if rec, ok := c.cluster.(ports.SpecRecorder); ok {
-		st, err = rec.CreateWithSpec(ctx, first, volumeSpec(v, params))
+		st, err = rec.CreateWithSpec(ctx, first, volumeSpec(v, spec))
 	} else {
 		st, err = c.cluster.Create(ctx, first)
 	}
@@ -277,59 +238,34 @@ func (c *Service) warn(ctx context.Context, id volume.ID, reason, format string,
 // provisioner names the volume after its PersistentVolume, so the name is
 // the PV's when the metadata does not say. The StorageClass's name is not
 // in a CreateVolume request.
-func volumeSpec(v Volume, params volume.Params) ports.VolumeSpec {
-	pv := params.Metadata[metaPersistentVolume]
-	if pv == "" {
-		pv = string(v.ID)
-	}
+func volumeSpec(v Volume, spec volume.CreateSpec) ports.VolumeSpec {
+	ns, name := spec.Claim()
 	return ports.VolumeSpec{
 		CapacityBytes:    v.CapacityBytes,
-		SnapshotInterval: params.SnapshotInterval,
-		PersistentVolume: pv,
-		ClaimNamespace:   params.Metadata[metaClaimNamespace],
-		ClaimName:        params.Metadata[metaClaimName],
+		SnapshotInterval: spec.Params.SnapshotInterval,
+		PersistentVolume: spec.PersistentVolume(),
+		ClaimNamespace:   ns,
+		ClaimName:        name,
 	}
 }
 
-func (c *Service) volume(info ports.VolumeInfo, params volume.Params, req CreateVolumeRequest) Volume {
-	return Volume{
+func (c *Service) volume(info ports.VolumeInfo, src volume.Source) Volume {
+	v := Volume{
 		ID:            info.ID,
 		CapacityBytes: info.CapacityBytes,
 		Context: map[string]string{
 			ContextReplicationFactor: info.Metadata[ports.MetaReplicationFactor],
 			ContextPool:              c.cfg.Pool,
 		},
-		Node:             c.cfg.Node,
-		SourceSnapshotID: req.SourceSnapshotID,
-		SourceVolumeID:   req.SourceVolumeID,
+		Node: c.cfg.Node,
 	}
-}
-
-// paramsDigest fingerprints the StorageClass parameters so that a retried
-// CreateVolume can be told from a conflicting one.
-func paramsDigest(p map[string]string) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
+	switch src.Kind {
+	case volume.FromSnapshot:
+		v.SourceSnapshotID = src.ID
+	case volume.FromVolume:
+		v.SourceVolumeID = src.ID
 	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		fmt.Fprintf(h, "%q=%q\n", k, p[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-func checkCapabilities(caps []volume.Capability) error {
-	if len(caps) == 0 {
-		return &volume.InvalidError{Field: "volume_capabilities", Reason: "at least one capability is required"}
-	}
-	for _, c := range caps {
-		if ok, why := c.Supported(); !ok {
-			return fmt.Errorf("%s: %w", why, refusal.ErrUnsupported)
-		}
-	}
-	return nil
+	return v
 }
 
 // DeleteVolume destroys a volume. A volume that does not exist (or an ID
@@ -515,7 +451,7 @@ func (c *Service) ListVolumes(ctx context.Context, maxEntries int, startingToken
 	}
 	vols := make([]Volume, 0, len(all))
 	for _, v := range all {
-		vols = append(vols, c.volume(v, volume.Params{}, CreateVolumeRequest{}))
+		vols = append(vols, c.volume(v, volume.Source{}))
 	}
 	return page(vols, maxEntries, startingToken, func(v Volume) string { return string(v.ID) })
 }

@@ -7,7 +7,11 @@
 // one place (adapters/csi/codes.go).
 package refusal
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+)
 
 var (
 	// ErrIncompatible: an object of that name exists with other attributes
@@ -20,6 +24,7 @@ var (
 	// (a volume with snapshots, a volume still mounted, a foreign dataset).
 	ErrPrecondition = errors.New("failed precondition")
 	// ErrUnsupported: the request asks for something Ferry does not do
-	// (block volumes, multi-node access).
-	ErrUnsupported = errors.New("unsupported")
+	// (block volumes, multi-node access): the domain's own
+	// (volume.ParseCreate refuses with it).
+	ErrUnsupported = volume.ErrUnsupported
 )
