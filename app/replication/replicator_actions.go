@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -198,15 +197,6 @@ func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports
 	return r.transport.Fetch(ctx, peer, req)
 }
 
-// partialKept tells the machine, when a receive failed but the store kept
-// its partial state to resume it, to keep the fetch target recorded.
-func (r *Replicator) partialKept(ctx context.Context, err error) error {
-	if t, terr := r.store.ResumeToken(context.WithoutCancel(ctx), r.cfg.Volume); terr == nil && t != "" {
-		return fmt.Errorf("%w: %w", replica.ErrPartialKept, err)
-	}
-	return err
-}
-
 // fetch receives a snapshot from a peer and checks that what arrived is the
 // snapshot asked for (by GUID).
 func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
@@ -233,9 +223,9 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	log = log.With(zap.String("stream", kind), zap.Bool("staleView", a.Stale))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, a.Stale)
 	if err != nil {
-		if token != "" && (errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)) {
-			// The peer cannot resume it (the snapshot is gone, the token is
-			// stale): start over from the last complete snapshot next time.
+		v := replica.OnFetchFailure(replica.FetchFailure{Opening: true, Resumed: token != "",
+			PeerCannotResume: errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)})
+		if v.DiscardPartial {
 			log.Warn("the peer cannot resume the transfer: discarding the partial receive", zap.Error(err))
 			if derr := r.store.DiscardPartial(ctx, r.cfg.Volume); derr != nil {
 				return errors.Join(err, derr)
@@ -252,29 +242,32 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	stop()
 	if err != nil {
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
-		if errors.Is(err, ports.ErrConflict) && a.Base != nil {
-			// The replica changed after its newest snapshot: the machine
-			// decides whether those changes are snapshotted or discarded.
-			return fmt.Errorf("%w: %w", replica.ErrModified, err)
+		f := replica.FetchFailure{Resumed: token != "", Incremental: a.Base != nil,
+			Conflict: errors.Is(err, ports.ErrConflict), BaseMismatch: errors.Is(err, ports.ErrBaseMismatch),
+			Bytes: p.Bytes(), Cancelled: ctx.Err() != nil}
+		if t, terr := r.store.ResumeToken(context.WithoutCancel(ctx), r.cfg.Volume); terr == nil && t != "" {
+			f.PartialKept = true
 		}
-		if errors.Is(err, ports.ErrBaseMismatch) && a.Base != nil {
-			// The base is not the newest snapshot here: either the plan is
-			// stale (planned again next tick), or a snapshot that is not
-			// Ferry's sits after it, which only an operator can settle.
+		v := replica.OnFetchFailure(f)
+		switch {
+		case v.Modified:
+			return fmt.Errorf("%w: %w", replica.ErrModified, err)
+		case v.CheckForeign:
 			if gerr := r.guardDiscard(ctx, req.From); gerr != nil {
 				return errors.Join(err, gerr)
 			}
 		}
-		if token != "" && p.Bytes() == 0 && ctx.Err() == nil {
-			// The sender could not resume (its zfs send -t failed before
-			// sending a byte: the snapshot is gone): start over.
+		if v.DiscardPartial {
 			log.Warn("the peer sent nothing for the resume token: discarding the partial receive", zap.Error(err))
 			if derr := r.store.DiscardPartial(ctx, r.cfg.Volume); derr != nil {
 				return errors.Join(err, derr)
 			}
 			return err
 		}
-		return r.partialKept(ctx, err)
+		if v.KeepTarget {
+			return fmt.Errorf("%w: %w", replica.ErrPartialKept, err)
+		}
+		return err
 	}
 	if token != "" {
 		// A resumed stream completes the transfer that was interrupted,
@@ -433,13 +426,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		if err != nil {
 			return fmt.Errorf("re-reading the replica list after leaving: %w", err)
 		}
-		still := 0
-		for _, h := range verdict.Holders {
-			if _, ok := st.Replica(h); ok {
-				still++
-			}
-		}
-		if still < st.ReplicationFactor {
+		if ok, still := replica.HoldersRemain(st, verdict.Holders); !ok {
 			return fmt.Errorf("after leaving, only %d of the holders %v remain (replicationFactor %d): %w", still, verdict.Holders, st.ReplicationFactor, replica.ErrUnsafe)
 		}
 	}
@@ -577,23 +564,16 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string, except ...s
 	if err != nil {
 		return err
 	}
-	var since uint64
-	if after != "" {
-		found := false
-		for _, s := range list {
-			if s.Name == after {
-				since, found = s.CreateTxg, true
-			}
-		}
-		if !found {
-			return fmt.Errorf("rollback to %s: %w", after, ports.ErrNotFound)
-		}
+	stored := make([]replica.StoredSnapshot, len(list))
+	for i, s := range list {
+		stored[i] = replica.StoredSnapshot{Name: s.Name, Txg: s.CreateTxg}
 	}
-	var foreign []string
-	for _, s := range list {
-		if _, _, ok := replica.ParseSnapshotName(s.Name); !ok && (after == "" || s.CreateTxg > since) && !slices.Contains(except, s.Name) {
-			foreign = append(foreign, s.Name)
-		}
+	foreign, err := replica.ForeignAfter(stored, after, except...)
+	if errors.Is(err, replica.ErrSnapshotGone) {
+		return fmt.Errorf("rollback to %s: %w", after, ports.ErrNotFound)
+	}
+	if err != nil {
+		return err
 	}
 	if len(foreign) == 0 {
 		return nil
