@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -36,29 +35,19 @@ import (
 // every --placement-period, a volume manager for each listed local copy
 // and the size of the workloads of volumes whose primary is here (with
 // --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
-	if o.ClusterState != "kubernetes" {
+func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
+	if api == nil {
 		return nil
 	}
-	kube, dyn, err := kubeClients(o, "daemon")
-	if err != nil {
-		return err
-	}
+	kube, states := api.kube, api.states
 	node := replica.Node(o.NodeID)
-	states := rvstate.New(dyn, nil)
 	labeler := orchestration.NewLabeler(node, store, states, nodelabels.New(kube), log.Named("placement"))
 	var adopter *orchestration.Adopter
-	replicas := "" // the replica pods' namespace: none without a template
-	if o.ReplicaTemplate != "" {
-		tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
-		if err != nil {
-			return err
-		}
-		replicas = tpl.Namespace
+	if api.workload != nil {
 		leave := func(ctx context.Context, id volume.ID) error {
 			return replication.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
 		}
-		adopter = orchestration.NewAdopter(node, store, states, workload.New(kube, dyn, tpl), leave, log.Named("adopt"))
+		adopter = orchestration.NewAdopter(node, store, states, api.workload, leave, log.Named("adopt"))
 	}
 	// Node loss: the Guard renews the node's Lease (liveness and peer
 	// address) and fences the primaries here when it cannot; the Survivor
@@ -74,7 +63,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 	if takers != nil {
 		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
 		pub.Duration = o.LeaseDuration
-		effects := lostnode.New(kube, o.DriverName, replicas)
+		effects := lostnode.New(kube, o.DriverName, api.replicas)
 		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
 		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
 			effects, events, log.Named("survivor"))
@@ -133,55 +122,16 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 			go func() {
 				defer func() { done <- struct{}{} }()
 				// The feed keeps the Guard's view (every change, none
-				// dropped; a slow reader gets each volume's newest). The
-				// view is updated first, and nothing here waits: the
-				// labeler's work runs in this goroutine's loop below,
-				// woken by a coalesced kick. A volume becoming usable here
-				// or not (a release, a promotion, a replica turning ready)
-				// places the node at once: a pod moving here waits for the
-				// label.
-				kick := make(chan struct{}, 1)
-				if feed, err := states.Feed(ctx); err != nil {
-					log.Warn("placement labels follow the volumes' states only every --placement-period", zap.Error(err))
-				} else {
-					go func() {
-						for c := range feed {
-							vols.Apply(c)
-							if c.Gone && takers != nil {
-								takers.Forget(c.Volume) // deleted: no term of it here
-							}
-							if labeler.ChangedBy(c) {
-								select {
-								case kick <- struct{}{}:
-								default:
-								}
-							}
-						}
-					}()
-				}
-				t := time.NewTicker(o.PlacementPeriod)
-				defer t.Stop()
-				full := true
-				for {
-					if adopter != nil && full {
-						if _, err := adopter.Sync(ctx); err != nil && ctx.Err() == nil {
-							log.Warn("local copies not all running", zap.Error(err))
-						}
-					}
-					if usable, err := labeler.Sync(ctx); err != nil && ctx.Err() == nil {
-						log.Warn("placement labels not updated", zap.Error(err))
-					} else if err == nil {
-						log.Debug("placement labels checked", zap.Int("usable", len(usable)))
-					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-						full = true
-					case <-kick:
-						full = false
+				// dropped; a slow reader gets each volume's newest),
+				// updated before the placement's own work.
+				forget := func(c ports.StateChange) {
+					if c.Gone && takers != nil {
+						takers.Forget(c.Volume) // deleted: no term of it here
 					}
 				}
+				p := &orchestration.Placement{Labeler: labeler, Adopter: adopter, Feed: states,
+					Listeners: []func(ports.StateChange){vols.Apply, forget}, Period: o.PlacementPeriod, Log: log.Named("placement")}
+				p.Run(ctx)
 			}()
 			return nil
 		},
@@ -199,21 +149,12 @@ func daemonKube(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, lock por
 // enableReplication lets the node's controller service replicate volumes
 // of factor 2 or more (--replica-template): ReplicatedVolumes, replica
 // pods from the template, ReplicaSets and budgets.
-func enableReplication(o *Options, ctrl *provision.Service, events ports.EventRecorder) error {
-	if o.ReplicaTemplate == "" {
-		return nil
+func enableReplication(api *kubeAPI, ctrl *provision.Service, events ports.EventRecorder) {
+	if api == nil || api.workload == nil {
+		return
 	}
-	tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
-	if err != nil {
-		return err
-	}
-	kube, dyn, err := kubeClients(o, "controller")
-	if err != nil {
-		return err
-	}
-	ctrl.EnableReplication(rvstate.New(dyn, nil), workload.New(kube, dyn, tpl))
+	ctrl.EnableReplication(api.states, api.workload)
 	ctrl.RecordEvents(events)
-	return nil
 }
 
 // eventRecorder is where a component's events go: with --cluster-state
@@ -221,67 +162,69 @@ func enableReplication(o *Options, ctrl *provision.Service, events ports.EventRe
 // claims, on its claim too (the daemon's ServiceAccount may read claims,
 // the volume managers' may not), besides the log; otherwise the log alone.
 // The recorder starts before and stops after whatever fx builds with it.
-func eventRecorder(lc fx.Lifecycle, o *Options, log *zap.Logger, component string, claims bool) (ports.EventRecorder, error) {
+func eventRecorder(lc fx.Lifecycle, o *Options, api *kubeAPI, log *zap.Logger, claims bool) (ports.EventRecorder, error) {
 	log = log.Named("events")
-	if o.ClusterState != "kubernetes" {
+	if api == nil {
 		return eventlog.Recorder{Log: log}, nil
 	}
-	kube, dyn, err := kubeClients(o, component)
-	if err != nil {
-		return nil, err
-	}
-	r := kubeevents.New(kube, dyn, log, kubeevents.Options{Host: o.NodeID, Claims: claims})
+	r := kubeevents.New(api.kube, api.dyn, log, kubeevents.Options{Host: o.NodeID, Claims: claims})
 	lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
 	return r, nil
 }
 
-// leaseResolver resolves peers from the nodes' Leases (volume-manager with
-// --cluster-state kubernetes and no --peers).
-func leaseResolver(o *Options) (func(replica.Node) (string, error), error) {
-	kube, _, err := kubeClients(o, "volume-manager")
+// kubeAPI is a process's one Kubernetes client set, with --cluster-state
+// kubernetes (nil otherwise), and what is built on it once: the
+// ReplicatedVolumes' store and, with --replica-template, the replica
+// workload (its pods' namespace in replicas).
+type kubeAPI struct {
+	kube     kubernetes.Interface
+	dyn      dynamic.Interface
+	states   *rvstate.Store
+	workload *workload.Applier
+	replicas string
+}
+
+// newKubeAPI builds the process's client set, its user agent naming the
+// mode, and loads the replica template once.
+func newKubeAPI(o *Options, mode string) (*kubeAPI, error) {
+	if o.ClusterState != "kubernetes" {
+		return nil, nil
+	}
+	cfg, err := kubeConfig(o.Kubeconfig, mode)
 	if err != nil {
 		return nil, err
 	}
-	return peerdir.NewResolver(kube, o.Namespace, 30*time.Second).Resolve, nil
-}
-
-// kubeClients are the typed and dynamic API clients of a component.
-func kubeClients(o *Options, component string) (kubernetes.Interface, dynamic.Interface, error) {
-	cfg, err := kubeConfig(o.Kubeconfig, component)
-	if err != nil {
-		return nil, nil, err
-	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return kube, dyn, nil
+	api := &kubeAPI{kube: kube, dyn: dyn, states: rvstate.New(dyn, nil)}
+	if o.ReplicaTemplate != "" {
+		tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
+		if err != nil {
+			return nil, err
+		}
+		api.workload, api.replicas = workload.New(kube, dyn, tpl), tpl.Namespace
+	}
+	return api, nil
 }
 
 // nodeReplication lets the node plugin hand replicated volumes over
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, n *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
-	if o.ClusterState != "kubernetes" || o.ReplicaTemplate == "" || o.ReplicaControl == "" {
-		return nil
-	}
-	tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
-	if err != nil {
-		return err
-	}
-	kube, dyn, err := kubeClients(o, "node")
-	if err != nil {
-		return err
+func nodeReplication(o *Options, api *kubeAPI, n *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) {
+	if api == nil || api.workload == nil || o.ReplicaControl == "" {
+		return
 	}
 	r := publish.Replication{
-		Cluster:   rvstate.New(dyn, nil),
+		Cluster:   api.states,
 		Control:   replicactl.NewClient(o.ReplicaControl, replica.Node(o.NodeID)),
-		Workload:  workload.New(kube, dyn, tpl),
+		Workload:  api.workload,
 		Events:    events,
 		Wait:      o.HandoverWait,
 		WriteLock: lock,
@@ -290,19 +233,14 @@ func nodeReplication(o *Options, n *publish.Service, lock ports.WriteLock, event
 		r.Takers = takers
 	}
 	n.EnableReplication(r)
-	return nil
 }
 
 // daemonTakers are the node's acknowledged takers (failover.Takers) when
 // it takes part in node-loss failover (--cluster-state kubernetes with
 // --peer-advertise: a lease, a guard and a survivor); nil otherwise.
-func daemonTakers(o *Options, log *zap.Logger) (*failover.Takers, error) {
-	if o.ClusterState != "kubernetes" || o.PeerAdvertise == "" {
-		return nil, nil
+func daemonTakers(o *Options, api *kubeAPI, log *zap.Logger) *failover.Takers {
+	if api == nil || o.PeerAdvertise == "" {
+		return nil
 	}
-	_, dyn, err := kubeClients(o, "takers")
-	if err != nil {
-		return nil, err
-	}
-	return failover.NewTakers(replica.Node(o.NodeID), rvstate.New(dyn, nil), log.Named("takers")), nil
+	return failover.NewTakers(replica.Node(o.NodeID), api.states, log.Named("takers"))
 }

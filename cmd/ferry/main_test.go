@@ -101,8 +101,9 @@ func TestBadInvocationsExitTwoWithAReason(t *testing.T) {
 	}
 }
 
-// --cluster-state kubernetes builds a client from --kubeconfig (or the
-// pod's credentials) and the ReplicatedVolume store; a kubeconfig that
+// --cluster-state kubernetes builds the process's one client set from
+// --kubeconfig (or the pod's credentials), the ReplicatedVolume store on
+// it, and loads the replica template once; a kubeconfig or template that
 // does not exist is an error at start, not a crash later.
 func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T) {
 	dir := t.TempDir()
@@ -110,14 +111,25 @@ func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T
 	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := clusterState(&Options{ClusterState: "kubernetes", Kubeconfig: kc}); err != nil || s == nil {
+	o := &Options{ClusterState: "kubernetes", Kubeconfig: kc}
+	api, err := newKubeAPI(o, "volume-manager")
+	if err != nil || api == nil {
 		t.Fatalf("with a kubeconfig: %v", err)
 	}
-	if _, err := clusterState(&Options{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}); err == nil {
+	if s, err := clusterState(o, api); err != nil || s == nil {
+		t.Fatalf("the state store on the client set: %v", err)
+	}
+	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "volume-manager"); err == nil {
 		t.Fatal("a missing kubeconfig was accepted")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := clusterState(&Options{ClusterState: "kubernetes"}); err == nil {
+	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes"}, "volume-manager"); err == nil {
 		t.Fatal("no kubeconfig outside a pod was accepted")
+	}
+	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes", Kubeconfig: kc, ReplicaTemplate: dir + "/missing.yaml"}, "daemon"); err == nil {
+		t.Fatal("a missing replica template was accepted")
+	}
+	if api, err := newKubeAPI(&Options{ClusterState: "file:" + dir}, "volume-manager"); err != nil || api != nil {
+		t.Fatalf("a file cluster state built a Kubernetes client: %v, %v", api, err)
 	}
 }

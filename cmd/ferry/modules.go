@@ -141,12 +141,13 @@ func daemonApp(o *Options) fx.Option {
 			},
 			publish.New,
 			func() ports.MountTable { return mount.Table{} },
+			func() (*kubeAPI, error) { return newKubeAPI(o, "daemon") },
 			// Events of the node's controller service and of copies left
 			// here: on the ReplicatedVolume and its claim.
-			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
-				return eventRecorder(lc, o, log, "daemon", true)
+			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
+				return eventRecorder(lc, o, api, log, true)
 			},
-			func(uc *publish.Service, cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
+			func(uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
@@ -154,9 +155,7 @@ func daemonApp(o *Options) fx.Option {
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
 					ctrl := provision.New(cfg, s, mt, log)
-					if err := enableReplication(o, ctrl, events); err != nil {
-						return csiServices{}, err
-					}
+					enableReplication(api, ctrl, events)
 					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
 				}
 				return svc, nil
@@ -165,7 +164,7 @@ func daemonApp(o *Options) fx.Option {
 			// The copies that may take this node's primaries over, as the
 			// publish and the guard acknowledge them (nil without node-loss
 			// failover).
-			func(log *zap.Logger) (*failover.Takers, error) { return daemonTakers(o, log) },
+			func(api *kubeAPI, log *zap.Logger) *failover.Takers { return daemonTakers(o, api, log) },
 		),
 		fx.Invoke(
 			func(*csi.Server) {},
@@ -178,12 +177,12 @@ func daemonApp(o *Options) fx.Option {
 				return peerServer(lc, o, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
-				return daemonKube(lc, o, s, lock, mt, newFencer(), relay, events, takers, uc, log)
+			func(lc fx.Lifecycle, api *kubeAPI, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
+				return daemonKube(lc, o, api, s, lock, mt, newFencer(), relay, events, takers, uc, log)
 			},
 			// Publish and unpublish hand replicated volumes over.
-			func(uc *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) error {
-				return nodeReplication(o, uc, lock, events, takers)
+			func(uc *publish.Service, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) {
+				nodeReplication(o, api, uc, lock, events, takers)
 			},
 		),
 	)
@@ -212,12 +211,13 @@ func volumeManagerApp(o *Options) fx.Option {
 		base(o, "volume-manager"),
 		storeModule(o),
 		fx.Provide(
-			func() (ports.ClusterState, error) { return clusterState(o) },
-			func(lc fx.Lifecycle) (*peer.Client, error) { return peerClient(lc, o) },
+			func() (*kubeAPI, error) { return newKubeAPI(o, "volume-manager") },
+			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o, api) },
+			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) { return peerClient(lc, o, api) },
 			// Events on the ReplicatedVolume only: the replica's
 			// ServiceAccount may not read claims.
-			func(lc fx.Lifecycle, log *zap.Logger) (ports.EventRecorder, error) {
-				return eventRecorder(lc, o, log, "volume-manager", false)
+			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
+				return eventRecorder(lc, o, api, log, false)
 			},
 			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 				return replicator(o, s, c, t, events, log)

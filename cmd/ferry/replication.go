@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ferry-csi/ferry/adapters/filecluster"
-	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
+	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
@@ -69,7 +69,7 @@ func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, relay *p
 	return nil
 }
 
-func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
+func peerClient(lc fx.Lifecycle, o *Options, api *kubeAPI) (*peer.Client, error) {
 	peers, err := parsePeers(o.Peers)
 	if err != nil {
 		return nil, err
@@ -86,23 +86,18 @@ func peerClient(lc fx.Lifecycle, o *Options) (*peer.Client, error) {
 		}
 		return "", fmt.Errorf("no address known for node %s (--peers)", n)
 	}
-	if o.ClusterState == "kubernetes" && len(peers) == 0 {
-		if resolve, err = leaseResolver(o); err != nil {
-			return nil, err
-		}
+	if api != nil && len(peers) == 0 {
+		// From the nodes' Leases.
+		resolve = peerdir.NewResolver(api.kube, o.Namespace, 30*time.Second).Resolve
 	}
 	c := peer.NewClient(resolve, creds)
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { return c.Close() }})
 	return c, nil
 }
 
-func clusterState(o *Options) (ports.ClusterState, error) {
-	if o.ClusterState == "kubernetes" {
-		_, dyn, err := kubeClients(o, "volume-manager")
-		if err != nil {
-			return nil, err
-		}
-		return rvstate.New(dyn, nil), nil
+func clusterState(o *Options, api *kubeAPI) (ports.ClusterState, error) {
+	if api != nil {
+		return api.states, nil
 	}
 	dir, ok := strings.CutPrefix(o.ClusterState, "file:")
 	if !ok || dir == "" {
