@@ -74,7 +74,7 @@ func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotS
 		relay.set(survivor.Promise)
 		// Promises are asked for at the peer addresses the leases last
 		// published: they matter when the API server cannot be read.
-		asker, err := promiseClient(o, survivor.PeerAddress)
+		asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress)
 		if err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ type kubeAPI struct {
 
 // newKubeAPI builds the process's client set, its user agent naming the
 // mode, and loads the replica template once.
-func newKubeAPI(o *Options, mode string) (*kubeAPI, error) {
+func newKubeAPI(o KubeOptions, replicaTemplate, mode string) (*kubeAPI, error) {
 	if o.ClusterState != "kubernetes" {
 		return nil, nil
 	}
@@ -203,8 +203,8 @@ func newKubeAPI(o *Options, mode string) (*kubeAPI, error) {
 		return nil, err
 	}
 	api := &kubeAPI{kube: kube, dyn: dyn, states: rvstate.New(dyn, nil)}
-	if o.ReplicaTemplate != "" {
-		tpl, err := workload.LoadTemplate(o.ReplicaTemplate)
+	if replicaTemplate != "" {
+		tpl, err := workload.LoadTemplate(replicaTemplate)
 		if err != nil {
 			return nil, err
 		}

@@ -111,25 +111,25 @@ func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T
 	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := &Options{ClusterState: "kubernetes", Kubeconfig: kc}
-	api, err := newKubeAPI(o, "volume-manager")
+	o := KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}
+	api, err := newKubeAPI(o, "", "volume-manager")
 	if err != nil || api == nil {
 		t.Fatalf("with a kubeconfig: %v", err)
 	}
 	if s, err := clusterState(o, api); err != nil || s == nil {
 		t.Fatalf("the state store on the client set: %v", err)
 	}
-	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "", "volume-manager"); err == nil {
 		t.Fatal("a missing kubeconfig was accepted")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes"}, "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes"}, "", "volume-manager"); err == nil {
 		t.Fatal("no kubeconfig outside a pod was accepted")
 	}
-	if _, err := newKubeAPI(&Options{ClusterState: "kubernetes", Kubeconfig: kc, ReplicaTemplate: dir + "/missing.yaml"}, "daemon"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}, dir+"/missing.yaml", "daemon"); err == nil {
 		t.Fatal("a missing replica template was accepted")
 	}
-	if api, err := newKubeAPI(&Options{ClusterState: "file:" + dir}, "volume-manager"); err != nil || api != nil {
+	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", "volume-manager"); err != nil || api != nil {
 		t.Fatalf("a file cluster state built a Kubernetes client: %v, %v", api, err)
 	}
 }

@@ -27,12 +27,14 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// base is in every mode: options, logger (also fx's own), the use cases'
-// configs.
+// base is in every mode: options (the whole, and each module's group for
+// the constructors that take theirs), logger (also fx's own), the use
+// cases' configs.
 func base(o *Options, mode string) fx.Option {
 	return fx.Options(
-		fx.Supply(o),
-		fx.Provide(func() (*zap.Logger, error) { return newLogger(o, mode) }),
+		fx.Supply(o, o.LogOptions, o.NodeOptions, o.StoreOptions, o.CSIOptions, o.PeerOptions, o.KubeOptions,
+			o.PlacementOptions, o.FailoverOptions, o.ReplicaOptions),
+		fx.Provide(func() (*zap.Logger, error) { return newLogger(o.LogOptions, o.NodeID, mode) }),
 		fx.WithLogger(func(log *zap.Logger) fxevent.Logger {
 			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
 			l.UseLogLevel(zapcore.DebugLevel)
@@ -47,7 +49,7 @@ func base(o *Options, mode string) fx.Option {
 	)
 }
 
-func newLogger(o *Options, mode string) (*zap.Logger, error) {
+func newLogger(o LogOptions, node, mode string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(o.LogLevel)
 	if err != nil {
 		return nil, err
@@ -61,12 +63,12 @@ func newLogger(o *Options, mode string) (*zap.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return log.With(zap.String("mode", mode), zap.String("node", o.NodeID)), nil
+	return log.With(zap.String("mode", mode), zap.String("node", node)), nil
 }
 
 // storeModule provides ports.SnapshotStore and ports.WriteLock: the ZFS
 // pool, or a directory.
-func storeModule(o *Options) fx.Option {
+func storeModule(o StoreOptions, driver string) fx.Option {
 	if o.Store == "memory" {
 		return fx.Provide(fx.Annotate(
 			func() *memstore.Store { return memstore.New(o.MemoryDir, 100*volume.GiB, 1) },
@@ -74,7 +76,7 @@ func storeModule(o *Options) fx.Option {
 	}
 	return fx.Provide(fx.Annotate(
 		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
-			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: o.DriverName, ZFS: o.ZFSBin, Zpool: o.ZpoolBin})
+			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: driver, ZFS: o.ZFSBin, Zpool: o.ZpoolBin})
 			if err != nil {
 				return nil, err
 			}
@@ -92,7 +94,7 @@ func storeModule(o *Options) fx.Option {
 
 // csiServer serves the CSI services on the endpoint; its hooks start the
 // server in the background and stop it gracefully.
-func csiServer(lc fx.Lifecycle, o *Options, log *zap.Logger, svc csiServices) *csi.Server {
+func csiServer(lc fx.Lifecycle, o CSIOptions, log *zap.Logger, svc csiServices) *csi.Server {
 	srv := csi.NewServer(log.Named("csi"), svc.identity, svc.controller, svc.node)
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
@@ -124,7 +126,7 @@ type csiServices struct {
 	node       *csi.Node
 }
 
-func identity(o *Options, store ports.SnapshotStore) *csi.Identity {
+func identity(o NodeOptions, store ports.SnapshotStore) *csi.Identity {
 	return &csi.Identity{Name: o.DriverName, Version: version,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
 }
@@ -133,7 +135,7 @@ func daemonApp(o *Options) fx.Option {
 	relay := &promiseRelay{}
 	return fx.Options(
 		base(o, "daemon"),
-		storeModule(o),
+		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
 			func(lc fx.Lifecycle) ports.Mounter {
 				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
@@ -141,14 +143,14 @@ func daemonApp(o *Options) fx.Option {
 			},
 			publish.New,
 			func() ports.MountTable { return mount.Table{} },
-			func() (*kubeAPI, error) { return newKubeAPI(o, "daemon") },
+			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, "daemon") },
 			// Events of the node's controller service and of copies left
 			// here: on the ReplicatedVolume and its claim.
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, api, log, true)
 			},
 			func(uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
-				svc := csiServices{identity: identity(o, s), node: &csi.Node{UC: uc}}
+				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
@@ -169,12 +171,12 @@ func daemonApp(o *Options) fx.Option {
 		fx.Invoke(
 			func(*csi.Server) {},
 			// After the CSI server: the kubelet calls NodeGetInfo at once.
-			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o, log) },
+			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o.CSIOptions, o.DriverName, log) },
 			// One peer service per node can serve every volume of the pool.
 			// It also answers other nodes' requests for promises, with what
 			// this node's failover Survivor observes (relay).
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
-				return peerServer(lc, o, s, relay, log)
+				return peerServer(lc, o.PeerOptions, s, relay, log)
 			},
 			// With Kubernetes: the node's Lease and placement labels.
 			func(lc fx.Lifecycle, api *kubeAPI, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
@@ -191,14 +193,14 @@ func daemonApp(o *Options) fx.Option {
 func controllerApp(o *Options) fx.Option {
 	return fx.Options(
 		base(o, "controller"),
-		storeModule(o),
+		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
 			func() ports.MountTable { return mount.Table{} },
 			provision.New,
 			func(uc *provision.Service, s ports.SnapshotStore) csiServices {
-				return csiServices{identity: identity(o, s), controller: &csi.Controller{UC: uc}}
+				return csiServices{identity: identity(o.NodeOptions, s), controller: &csi.Controller{UC: uc}}
 			},
 			csiServer,
 		),
@@ -209,31 +211,31 @@ func controllerApp(o *Options) fx.Option {
 func volumeManagerApp(o *Options) fx.Option {
 	return fx.Options(
 		base(o, "volume-manager"),
-		storeModule(o),
+		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
-			func() (*kubeAPI, error) { return newKubeAPI(o, "volume-manager") },
-			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o, api) },
-			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) { return peerClient(lc, o, api) },
+			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", "volume-manager") },
+			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o.KubeOptions, api) },
+			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) { return peerClient(lc, o.PeerOptions, o.Namespace, api) },
 			// Events on the ReplicatedVolume only: the replica's
 			// ServiceAccount may not read claims.
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, api, log, false)
 			},
 			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
-				return replicator(o, s, c, t, events, log)
+				return replicator(o.ReplicaOptions, replica.Node(o.NodeID), o.AllowedLag, s, c, t, events, log)
 			},
 		),
 		fx.Invoke(
 			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
-				return peerServer(lc, o, s, nil, log)
+				return peerServer(lc, o.PeerOptions, s, nil, log)
 			},
-			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { statusServer(lc, o, r, log) },
-			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { controlServer(lc, o, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o.Volume, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { statusServer(lc, o.ReplicaOptions, r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { controlServer(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, log) },
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
 			func(lc fx.Lifecycle, r *replication.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
-				return runWatchdog(lc, o, r, s, lock, events, log)
+				return runWatchdog(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, s, lock, events, log)
 			},
 		),
 	)
@@ -241,11 +243,11 @@ func volumeManagerApp(o *Options) fx.Option {
 
 // registerWithKubelet serves the kubelet's plugin registration socket
 // (the node-driver-registrar's job, done in process).
-func registerWithKubelet(lc fx.Lifecycle, o *Options, log *zap.Logger) error {
+func registerWithKubelet(lc fx.Lifecycle, o CSIOptions, driver string, log *zap.Logger) error {
 	if o.RegistrationDir == "none" {
 		return nil
 	}
-	reg, err := registration.New(registration.Config{Driver: o.DriverName, Dir: o.RegistrationDir, Endpoint: o.RegistrationPath}, log.Named("registration"))
+	reg, err := registration.New(registration.Config{Driver: driver, Dir: o.RegistrationDir, Endpoint: o.RegistrationPath}, log.Named("registration"))
 	if err != nil {
 		return err
 	}

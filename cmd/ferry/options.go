@@ -16,62 +16,105 @@ import (
 	"github.com/ferry-csi/ferry/domain/volume"
 )
 
-// Options are every mode's flags; each mode registers the ones it uses.
+// Options are every mode's flags, grouped by the module that uses them
+// (each group embedded, so o.Field reads any of them); each mode
+// registers the groups it uses, and each module's constructor takes its
+// own group only.
 type Options struct {
+	LogOptions
+	NodeOptions
+	StoreOptions
+	CSIOptions
+	PeerOptions
+	KubeOptions
+	PlacementOptions
+	FailoverOptions
+	ReplicaOptions
+}
+
+// LogOptions: every mode's logging and shutdown.
+type LogOptions struct {
 	LogLevel    string
 	LogFormat   string
 	StopTimeout time.Duration
+}
 
-	DriverName  string
-	NodeID      string
-	CSIEndpoint string
-	KubeletDir  string // daemon: every pod target path lies below it
-	// daemon: registration with the kubelet (plugin registration API)
-	RegistrationDir  string
-	RegistrationPath string
-	ServeController  bool // daemon: also serve the CSI Controller service
+// NodeOptions: who this process is.
+type NodeOptions struct {
+	DriverName string
+	NodeID     string
+}
 
+// StoreOptions: the pool (storeModule).
+type StoreOptions struct {
 	Store     string // "zfs" or "memory"
 	Pool      string
 	Parent    string
 	ZFSBin    string
 	ZpoolBin  string
 	MemoryDir string
+}
 
-	Volume string // volume-manager: the volume ID
+// CSIOptions: the CSI services (daemon, controller).
+type CSIOptions struct {
+	CSIEndpoint string
+	KubeletDir  string // daemon: every pod target path lies below it
+	// daemon: registration with the kubelet (plugin registration API)
+	RegistrationDir  string
+	RegistrationPath string
+	ServeController  bool          // daemon: also serve the CSI Controller service
+	HandoverWait     time.Duration // daemon: a read/write publish's wait for the primary
+}
 
-	// Replication (volume-manager; the peer flags also in daemon).
-	PeerListen       string
-	PeerCert         string
-	PeerKey          string
-	PeerCA           string
-	PeerServerName   string
-	InsecurePeer     bool
-	Peers            string // static node=host:port list
-	ClusterState     string // file:<dir> | kubernetes
-	Kubeconfig       string // for --cluster-state kubernetes; "" is in-cluster
-	Namespace        string // Ferry's namespace: node leases
-	PeerAdvertise    string // daemon: the peer address other nodes dial
-	PlacementPeriod  time.Duration
-	ReplicaTemplate  string // daemon: the replica pods' template (YAML)
-	ControlDir       string // volume-manager: where its control socket goes
-	ReplicaControl   string // daemon: where the volume managers' control sockets are
-	HandoverWait     time.Duration
-	LeaseRenew       time.Duration // daemon: the node lease's renewal period
+// PeerOptions: the peer service and its clients (daemon, volume-manager).
+type PeerOptions struct {
+	PeerListen     string
+	PeerCert       string
+	PeerKey        string
+	PeerCA         string
+	PeerServerName string
+	InsecurePeer   bool
+	Peers          string // volume-manager: static node=host:port list
+	PeerAdvertise  string // daemon: the peer address other nodes dial
+}
+
+// KubeOptions: where the shared state lives, and the API's client.
+type KubeOptions struct {
+	ClusterState string // file:<dir> | kubernetes
+	Kubeconfig   string // for --cluster-state kubernetes; "" is in-cluster
+	Namespace    string // Ferry's namespace: node leases
+}
+
+// PlacementOptions: the daemon's replica pods and labels.
+type PlacementOptions struct {
+	PlacementPeriod time.Duration
+	ReplicaTemplate string // the replica pods' template (YAML)
+	ReplicaControl  string // where the volume managers' control sockets are
+}
+
+// FailoverOptions: the daemon's node lease, fence and takeovers.
+type FailoverOptions struct {
+	LeaseRenew       time.Duration // the node lease's renewal period
 	LeaseDuration    time.Duration
 	LeaseMargin      time.Duration
 	FenceNodeCommand string
+	AllowedLag       uint64 // also the volume managers' (ReplicaOptions reads it from here)
+}
+
+// ReplicaOptions: a volume manager's replica.
+type ReplicaOptions struct {
+	Volume           string // the volume ID
+	ControlDir       string // where its control socket goes
 	Tick             time.Duration
 	Resync           time.Duration
 	Watch            bool
 	SnapshotInterval time.Duration
-	AllowedLag       uint64
 	Keep             int
 	StatusListen     string
 	ProbeListen      string
 	MaxTransferRate  byteRate
-	Watchdog         bool          // volume-manager: fence its primary when the node's permit runs out
-	WatchdogPoll     time.Duration // volume-manager: how often the watchdog reads the permit
+	Watchdog         bool          // fence its primary when the node's permit runs out
+	WatchdogPoll     time.Duration // how often the watchdog reads the permit
 }
 
 // DefaultDriverName is Ferry's CSI driver name.
@@ -267,6 +310,6 @@ func parsePeers(s string) (map[string]string, error) {
 	return out, nil
 }
 
-func (o *Options) leaseConfig() liveness.Config {
+func (o FailoverOptions) leaseConfig() liveness.Config {
 	return liveness.Config{Renew: o.LeaseRenew, Duration: o.LeaseDuration, Margin: o.LeaseMargin}
 }

@@ -30,13 +30,13 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-func (o *Options) tlsFiles() peer.TLSFiles {
+func (o PeerOptions) tlsFiles() peer.TLSFiles {
 	return peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName}
 }
 
 // peerServer serves this node's snapshots to its peers when --peer-listen
 // is set: mutual TLS unless --insecure-peer.
-func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, relay *promiseRelay, log *zap.Logger) error {
+func peerServer(lc fx.Lifecycle, o PeerOptions, store ports.SnapshotStore, relay *promiseRelay, log *zap.Logger) error {
 	if o.PeerListen == "" {
 		return nil
 	}
@@ -69,7 +69,7 @@ func peerServer(lc fx.Lifecycle, o *Options, store ports.SnapshotStore, relay *p
 	return nil
 }
 
-func peerClient(lc fx.Lifecycle, o *Options, api *kubeAPI) (*peer.Client, error) {
+func peerClient(lc fx.Lifecycle, o PeerOptions, namespace string, api *kubeAPI) (*peer.Client, error) {
 	peers, err := parsePeers(o.Peers)
 	if err != nil {
 		return nil, err
@@ -88,14 +88,14 @@ func peerClient(lc fx.Lifecycle, o *Options, api *kubeAPI) (*peer.Client, error)
 	}
 	if api != nil && len(peers) == 0 {
 		// From the nodes' Leases.
-		resolve = peerdir.NewResolver(api.kube, o.Namespace, 30*time.Second).Resolve
+		resolve = peerdir.NewResolver(api.kube, namespace, 30*time.Second).Resolve
 	}
 	c := peer.NewClient(resolve, creds)
 	lc.Append(fx.Hook{OnStop: func(context.Context) error { return c.Close() }})
 	return c, nil
 }
 
-func clusterState(o *Options, api *kubeAPI) (ports.ClusterState, error) {
+func clusterState(o KubeOptions, api *kubeAPI) (ports.ClusterState, error) {
 	if api != nil {
 		return api.states, nil
 	}
@@ -127,12 +127,12 @@ func kubeConfig(path, component string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
+func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 	id, err := volume.ParseID("--volume", o.Volume)
 	if err != nil {
 		return nil, err
 	}
-	cfg := replication.Config{Node: replica.Node(o.NodeID), Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: o.AllowedLag, Keep: o.Keep,
+	cfg := replication.Config{Node: node, Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: lag, Keep: o.Keep,
 		MaxTransferRate: int64(o.MaxTransferRate)}
 	return replication.New(cfg, store, cluster, t, events, log), nil
 }
@@ -140,7 +140,7 @@ func replicator(o *Options, store ports.SnapshotStore, cluster ports.ClusterStat
 // runReplicator runs the volume manager; on stop (SIGTERM) it runs the
 // safe-deletion protocol: the local copy goes only if enough up-to-date
 // replicas remain, else it stays for the next volume manager.
-func runReplicator(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
+func runReplicator(lc fx.Lifecycle, vol string, r *replication.Replicator, log *zap.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{
@@ -153,9 +153,9 @@ func runReplicator(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *
 			<-done
 			err := r.Terminate(stopCtx, false)
 			if err != nil {
-				log.Warn("local copy kept on termination", zap.String("volume", o.Volume), zap.Error(err))
+				log.Warn("local copy kept on termination", zap.String("volume", vol), zap.Error(err))
 			} else {
-				log.Info("local copy released on termination", zap.String("volume", o.Volume))
+				log.Info("local copy released on termination", zap.String("volume", vol))
 			}
 			return nil
 		},
@@ -200,7 +200,7 @@ func readyHandler(r interface{ Status() replication.Status }) http.Handler {
 
 // statusServer serves statusHandler on --status-listen and readyHandler
 // on --probe-listen.
-func statusServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
+func statusServer(lc fx.Lifecycle, o ReplicaOptions, r *replication.Replicator, log *zap.Logger) {
 	serveHTTP(lc, o.ProbeListen, readyHandler(r), "serving the readiness probe", log)
 	serveHTTP(lc, o.StatusListen, statusHandler(r), "serving status", log)
 }
@@ -226,7 +226,7 @@ func serveHTTP(lc fx.Lifecycle, addr string, h http.Handler, what string, log *z
 
 // controlServer serves the node plugin's publish and unpublish requests
 // (adapters/replicactl) on this volume manager's socket in --control-dir.
-func controlServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *zap.Logger) {
+func controlServer(lc fx.Lifecycle, o ReplicaOptions, node replica.Node, r *replication.Replicator, log *zap.Logger) {
 	if o.ControlDir == "" {
 		return
 	}
@@ -238,11 +238,11 @@ func controlServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *
 			if err != nil {
 				return err
 			}
-			l, err := replicactl.Listen(o.ControlDir, replica.Node(o.NodeID), id)
+			l, err := replicactl.Listen(o.ControlDir, node, id)
 			if err != nil {
 				return err
 			}
-			path = replicactl.SocketPath(o.ControlDir, replica.Node(o.NodeID), id)
+			path = replicactl.SocketPath(o.ControlDir, node, id)
 			go func() { _ = srv.Serve(l) }()
 			log.Info("serving publish and unpublish", zap.String("socket", path))
 			return nil
@@ -258,7 +258,7 @@ func controlServer(lc fx.Lifecycle, o *Options, r *replication.Replicator, log *
 // runWatchdog runs the volume manager's watchdog (--watchdog): it fences
 // the primary here when the node's write permit, which the node daemon
 // publishes in --control-dir, has run out.
-func runWatchdog(lc fx.Lifecycle, o *Options, r *replication.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+func runWatchdog(lc fx.Lifecycle, o ReplicaOptions, node replica.Node, r *replication.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 	if !o.Watchdog {
 		return nil
 	}
@@ -266,7 +266,6 @@ func runWatchdog(lc fx.Lifecycle, o *Options, r *replication.Replicator, store p
 	if err != nil {
 		return err
 	}
-	node := replica.Node(o.NodeID)
 	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
 	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, lock, newHolderStopper(), events, log.Named("watchdog"))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -312,7 +311,7 @@ func (r *promiseRelay) Promise(n replica.Node) (bool, time.Duration) {
 
 // promiseClient is the daemon's peer client for promises, resolving
 // nodes with addr.
-func promiseClient(o *Options, addr func(replica.Node) (string, bool)) (*peer.Client, error) {
+func promiseClient(o PeerOptions, addr func(replica.Node) (string, bool)) (*peer.Client, error) {
 	var creds credentials.TransportCredentials
 	if !o.InsecurePeer {
 		c, err := peer.ClientTLS(o.tlsFiles())
