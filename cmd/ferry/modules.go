@@ -171,7 +171,9 @@ func daemonApp(o *Options) fx.Option {
 		fx.Invoke(
 			func(*csi.Server) {},
 			// After the CSI server: the kubelet calls NodeGetInfo at once.
-			func(lc fx.Lifecycle, log *zap.Logger) error { return registerWithKubelet(lc, o.CSIOptions, o.DriverName, log) },
+			func(lc fx.Lifecycle, log *zap.Logger) error {
+				return registerWithKubelet(lc, o.CSIOptions, o.DriverName, log)
+			},
 			// One peer service per node can serve every volume of the pool.
 			// It also answers other nodes' requests for promises, with what
 			// this node's failover Survivor observes (relay).
@@ -215,7 +217,9 @@ func volumeManagerApp(o *Options) fx.Option {
 		fx.Provide(
 			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", "volume-manager") },
 			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o.KubeOptions, api) },
-			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) { return peerClient(lc, o.PeerOptions, o.Namespace, api) },
+			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) {
+				return peerClient(lc, o.PeerOptions, o.Namespace, api)
+			},
 			// Events on the ReplicatedVolume only: the replica's
 			// ServiceAccount may not read claims.
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
@@ -230,8 +234,12 @@ func volumeManagerApp(o *Options) fx.Option {
 				return peerServer(lc, o.PeerOptions, s, nil, log)
 			},
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o.Volume, r, log) },
-			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { statusServer(lc, o.ReplicaOptions, r, log) },
-			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { controlServer(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, log) },
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
+				statusServer(lc, o.ReplicaOptions, r, log)
+			},
+			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
+				controlServer(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, log)
+			},
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
 			func(lc fx.Lifecycle, r *replication.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
