@@ -22,7 +22,9 @@ type Config struct {
 	Volume volume.ID
 	// Tick is how often the replica re-reads the shared state and decides.
 	Tick time.Duration
-	// SnapshotInterval is how often the primary snapshots.
+	// SnapshotInterval is how often the primary snapshots when the
+	// volume's state sets no interval of its own (its spec's, read with
+	// the state: replica.State.SnapshotInterval).
 	SnapshotInterval time.Duration
 	// AllowedLag is how many snapshots behind the newest a replica may be
 	// and still be ready.
@@ -152,7 +154,7 @@ func New(cfg Config, store ports.SnapshotStore, cluster ports.ClusterState, tran
 		cfg: cfg, store: store, cluster: cluster, transport: transport, events: events,
 		log:  log.With(zap.String("volume", string(cfg.Volume))),
 		wake: make(chan struct{}, 1), statusChanged: make(chan struct{}),
-		m: replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every}),
+		m: replica.NewMachine(replica.MachineConfig{Self: cfg.Node, AllowedLag: cfg.AllowedLag, Keep: cfg.Keep, SnapshotEvery: every, Tick: cfg.Tick}),
 	}
 }
 

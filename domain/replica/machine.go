@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // MachineConfig tunes a replica's decisions.
@@ -14,8 +15,13 @@ type MachineConfig struct {
 	// Keep is how many of its newest snapshots a replica keeps (plus every
 	// snapshot another replica still needs as its base).
 	Keep int
-	// SnapshotEvery is the primary's snapshot interval, in ticks.
+	// SnapshotEvery is the primary's snapshot interval, in ticks, unless
+	// the volume's state sets one (State.SnapshotInterval) and Tick is
+	// known.
 	SnapshotEvery int
+	// Tick is the period of the Tick events (0: unknown: SnapshotEvery
+	// alone counts).
+	Tick time.Duration
 }
 
 // Machine is one replica's deterministic core, in the style of etcd's raft:
@@ -85,6 +91,16 @@ type Machine struct {
 	volumeGone  bool
 	left        bool
 	alerted     string // the conflict last alerted, so it is said once
+}
+
+// snapshotEvery is the primary's snapshot interval in ticks: the
+// volume's own (State.SnapshotInterval, its spec: an edit takes effect at
+// the next read) when set and the tick is known, else the configured one.
+func (m *Machine) snapshotEvery() int {
+	if iv := m.state.SnapshotInterval; iv > 0 && m.cfg.Tick > 0 {
+		return max(1, int((iv+m.cfg.Tick-1)/m.cfg.Tick))
+	}
+	return m.cfg.SnapshotEvery
 }
 
 // NewMachine returns a machine for the replica on cfg.Self.
@@ -348,7 +364,7 @@ func (m *Machine) Step(ev Event) error {
 		// are kept aside first): listed again before deciding.
 		m.haveLocal = false
 	case SnapshotNow:
-		m.ticks = max(m.ticks, m.cfg.SnapshotEvery)
+		m.ticks = max(m.ticks, m.snapshotEvery())
 	case Release:
 		if !m.releasing {
 			m.releasing, m.finalTaken, m.released, m.releaseLost = true, false, false, ""
@@ -598,7 +614,7 @@ func (m *Machine) Wake() int {
 	self, _ := m.state.Replica(m.cfg.Self)
 	if m.isPrimary(self) {
 		// Ticks only change the primary's decision: its next snapshot.
-		return max(0, m.cfg.SnapshotEvery-m.ticks)
+		return max(0, m.snapshotEvery()-m.ticks)
 	}
 	return -1
 }
@@ -657,7 +673,7 @@ func (m *Machine) decide() Action {
 		return BecomePrimary{}
 	}
 	if m.isPrimary(self) {
-		if m.ticks >= m.cfg.SnapshotEvery {
+		if m.ticks >= m.snapshotEvery() {
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch, Periodic: true}
 		}
 		return m.retention()

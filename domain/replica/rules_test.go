@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // One test per rule, each checked to fail when its rule is removed.
@@ -436,5 +437,51 @@ func TestOnlyTheActivePrimaryOfItsEpochResumes(t *testing.T) {
 	}
 	if err := Resume(&s, "a", 2); !errors.Is(err, ErrFenced) {
 		t.Fatalf("a primary taken over resumed: %v", err)
+	}
+}
+
+// The volume's own snapshot interval (its spec, which an operator may
+// edit) counts in ticks of the machine's period; without one, or without a
+// known period, the configured number of ticks does; an edit takes effect
+// at the next read.
+func TestThePrimarySnapshotsAtTheVolumesOwnIntervalOnceItReadsIt(t *testing.T) {
+	s := State{Volume: "v", ReplicationFactor: 1, Epoch: 1, Primary: "b", Replicas: []Replica{{Node: "b", Active: true, Ready: true, Snapshot: 1, SnapshotEpoch: 1, SnapshotGUID: 11}}}
+	local := []Snap{{Number: 1, Epoch: 1, GUID: 11}}
+	ticksTo := func(m *Machine, st State) int {
+		t.Helper()
+		if err := m.Step(Observed{State: st}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Step(LocalRead{Snaps: local, HasData: true}); err != nil {
+			t.Fatal(err)
+		}
+		for n := 1; n <= 100; n++ {
+			_ = m.Step(Tick{})
+			if a, ok := m.Next(); ok {
+				if ts, isSnap := a.(TakeSnapshot); isSnap && ts.Periodic {
+					return n
+				}
+				t.Fatalf("tick %d: %#v, want a periodic snapshot or nothing", n, a)
+			}
+		}
+		return -1
+	}
+	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 10, Tick: time.Second})
+	if n := ticksTo(m, s); n != 10 {
+		t.Fatalf("no interval of its own: snapshotted after %d ticks, want the configured 10", n)
+	}
+	s.SnapshotInterval = 3 * time.Second
+	m = NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 10, Tick: time.Second})
+	if n := ticksTo(m, s); n != 3 {
+		t.Fatalf("the volume's 3s at a 1s tick: snapshotted after %d ticks, want 3", n)
+	}
+	s.SnapshotInterval = 2500 * time.Millisecond
+	m = NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 10, Tick: time.Second})
+	if n := ticksTo(m, s); n != 3 {
+		t.Fatalf("2.5s at a 1s tick: snapshotted after %d ticks, want 3 (rounded up)", n)
+	}
+	m = NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 10})
+	if n := ticksTo(m, s); n != 10 {
+		t.Fatalf("no tick known: snapshotted after %d ticks, want the configured 10", n)
 	}
 }

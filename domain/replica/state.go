@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/volume"
 )
@@ -158,6 +159,10 @@ type State struct {
 	// ReplicationFactor it is not the replicas' to write: only
 	// ClusterState.Delete sets it.
 	Deleting bool
+	// SnapshotInterval is how often the primary snapshots, as the volume's
+	// spec says (an operator may edit it there); 0: the volume manager's
+	// own setting. Like ReplicationFactor it is not the replicas' to write.
+	SnapshotInterval time.Duration
 	// Version is the store's version of this state (a resourceVersion in
 	// Kubernetes). It is set by ClusterState and only compared, never made up.
 	Version string

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -82,6 +83,18 @@ type Spec struct {
 	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
 	ClaimNamespace       string `json:"claimNamespace,omitempty"`
 	ClaimName            string `json:"claimName,omitempty"`
+}
+
+// SnapshotInterval is the spec's snapshot interval when it is one Ferry
+// can keep (a Go duration from volume.MinSnapshotInterval to
+// volume.MaxSnapshotInterval; the schema refuses other forms), else 0:
+// the volume managers keep their own (--snapshot-interval).
+func SnapshotInterval(s Spec) time.Duration {
+	d, err := time.ParseDuration(s.SnapshotInterval)
+	if err != nil || d < volume.MinSnapshotInterval || d > volume.MaxSnapshotInterval {
+		return 0
+	}
+	return d
 }
 
 // Describe writes what the volume is into the spec; the spec's volumeID
@@ -223,6 +236,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		Primary:           replica.Node(rv.Status.Primary),
 		Version:           rv.ResourceVersion,
 		Deleting:          rv.DeletionTimestamp != nil && rv.Annotations[DeleteIntent] == "true",
+		SnapshotInterval:  SnapshotInterval(rv.Spec),
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

@@ -3,6 +3,7 @@ package rvapi
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -80,5 +81,22 @@ func TestStatusRoundTrips(t *testing.T) {
 	bad.Status.Replicas[0].Forked.Epoch = 5
 	if _, err := ToState(bad); err == nil {
 		t.Error("a fork of an epoch after the volume's was accepted")
+	}
+}
+
+// The spec's snapshot interval reaches the state when Ferry can keep it;
+// a malformed or out-of-range one (edited by hand past the schema) leaves
+// the volume managers' own.
+func TestTheSpecsSnapshotIntervalReachesTheState(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30s": 30 * time.Second, "1m0s": time.Minute, "2h": 2 * time.Hour, "1500ms": 1500 * time.Millisecond,
+		"": 0, "soon": 0, "500ms": 0, "-5s": 0, "48h": 0,
+	} {
+		rv := FromState(replica.State{Volume: "v", ReplicationFactor: 2})
+		rv.Spec.SnapshotInterval = in
+		st, err := ToState(rv)
+		if err != nil || st.SnapshotInterval != want {
+			t.Errorf("spec.snapshotInterval %q: state %s, %v; want %s", in, st.SnapshotInterval, err, want)
+		}
 	}
 }
