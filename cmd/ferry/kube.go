@@ -186,7 +186,7 @@ type kubeAPI struct {
 
 // newKubeAPI builds the process's client set, its user agent naming the
 // mode, and loads the replica template once.
-func newKubeAPI(o KubeOptions, replicaTemplate, mode string) (*kubeAPI, error) {
+func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, mode string) (*kubeAPI, error) {
 	if o.ClusterState != "kubernetes" {
 		return nil, nil
 	}
@@ -208,6 +208,7 @@ func newKubeAPI(o KubeOptions, replicaTemplate, mode string) (*kubeAPI, error) {
 		if err != nil {
 			return nil, err
 		}
+		tpl.AllowedLag = lag // the volume managers count the lag the survivors do
 		api.workload, api.replicas = workload.New(kube, dyn, tpl), tpl.Namespace
 	}
 	return api, nil

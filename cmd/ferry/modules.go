@@ -143,7 +143,7 @@ func daemonApp(o *Options) fx.Option {
 			},
 			publish.New,
 			func() ports.MountTable { return mount.Table{} },
-			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, "daemon") },
+			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, "daemon") },
 			// Events of the node's controller service and of copies left
 			// here: on the ReplicatedVolume and its claim.
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
@@ -215,7 +215,7 @@ func volumeManagerApp(o *Options) fx.Option {
 		base(o, "volume-manager"),
 		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
-			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", "volume-manager") },
+			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", 0, "volume-manager") },
 			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o.KubeOptions, api) },
 			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) {
 				return peerClient(lc, o.PeerOptions, o.Namespace, api)

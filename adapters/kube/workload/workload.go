@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -74,7 +75,16 @@ type Template struct {
 	// HostPID runs the pod in the host's pid namespace: the watchdog
 	// (--watchdog) must see, and stop, the processes holding its volume.
 	HostPID bool `json:"hostPID,omitempty"`
+	// AllowedLag is the daemon's --allowed-lag, given to every volume
+	// manager (--allowed-lag) so that a copy's readiness and a takeover
+	// count the same lag: one source, never in Args.
+	AllowedLag uint64 `json:"-"`
 }
+
+// settingsOwnedElsewhere are volume-manager flags whose value has one
+// source other than the template: the daemon's own flag, or the volume's
+// spec.
+var settingsOwnedElsewhere = []string{"--allowed-lag", "--snapshot-interval"}
 
 // LoadTemplate reads a Template from YAML, strictly (an unknown key is
 // an error, not a silently missing mount).
@@ -89,6 +99,13 @@ func LoadTemplate(path string) (Template, error) {
 	}
 	if t.Namespace == "" || t.Image == "" || t.ServiceAccount == "" {
 		return t, fmt.Errorf("replica template %s: namespace, image and serviceAccount are required", path)
+	}
+	for _, a := range t.Args {
+		for _, f := range settingsOwnedElsewhere {
+			if a == f || strings.HasPrefix(a, f+"=") {
+				return t, fmt.Errorf("replica template %s: args must not set %s: the daemon's --allowed-lag and the volume's snapshotInterval are given to every volume manager", path, f)
+			}
+		}
 	}
 	return t, nil
 }
@@ -305,6 +322,9 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 		"--cluster-state=kubernetes", fmt.Sprintf("--probe-listen=:%d", ProbePort)}, a.tpl.Args...)
 	if snapshotInterval != "" {
 		args = append(args, "--snapshot-interval="+snapshotInterval)
+	}
+	if a.tpl.AllowedLag > 0 {
+		args = append(args, fmt.Sprintf("--allowed-lag=%d", a.tpl.AllowedLag))
 	}
 	privileged := true
 	grace := int64(60)

@@ -2,6 +2,8 @@ package workload
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -116,3 +118,33 @@ func TestNamesFitPodNames(t *testing.T) {
 }
 
 func rvapiID(s string) volume.ID { return volume.ID(s) }
+
+// The volume managers count the lag the daemon's survivors count: the
+// daemon's --allowed-lag is rendered into every replica pod, and a
+// template that sets it (or the snapshot interval, the volume's spec's)
+// itself is refused.
+func TestTheAllowedLagHasOneSourceTheDaemons(t *testing.T) {
+	withLag := tpl
+	withLag.AllowedLag = 3
+	args := New(fake.NewClientset(), nil, withLag).ReplicaSet(Owner{Volume: "pvc-1", Name: "pvc-1", UID: "u"}, placement.Objects{Secondaries: 1}, "").Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--allowed-lag=3") {
+		t.Errorf("args %v lack the daemon's --allowed-lag=3", args)
+	}
+	dir := t.TempDir()
+	for _, arg := range []string{"--allowed-lag=5", "--allowed-lag", "--snapshot-interval=10s"} {
+		path := filepath.Join(dir, "tpl.yaml")
+		if err := os.WriteFile(path, []byte("namespace: ferry-system\nimage: ferry:dev\nserviceAccount: ferry-replica\nargs: ['--pool=ferry', '"+arg+"']\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadTemplate(path); err == nil || !strings.Contains(err.Error(), "must not set") {
+			t.Errorf("a template setting %s: %v", arg, err)
+		}
+	}
+	path := filepath.Join(dir, "ok.yaml")
+	if err := os.WriteFile(path, []byte("namespace: ferry-system\nimage: ferry:dev\nserviceAccount: ferry-replica\nargs: ['--pool=ferry', '--allowed-lagged=1']\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTemplate(path); err != nil {
+		t.Errorf("a template with an unrelated flag: %v", err)
+	}
+}
