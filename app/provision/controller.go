@@ -43,13 +43,9 @@ type Service struct {
 	mounts ports.MountTable
 	locks  *volumelock.Locks
 	log    *zap.Logger
-	// cluster and workload, when set, replicate volumes whose replication
-	// factor is 2 or more (EnableReplication).
-	cluster  ports.ClusterState
-	workload ports.ReplicaWorkload
-	// events, when set, hears what the replication of a volume did
-	// (RecordEvents).
-	events ports.EventRecorder
+	// repl, when set, replicates volumes whose replication factor is 2 or
+	// more (EnableReplication).
+	repl Replication
 }
 
 // New returns the controller use cases over store. mounts is the
@@ -59,19 +55,29 @@ func New(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *za
 	return &Service{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
 }
 
-// EnableReplication makes CreateVolume replicate volumes whose replication
-// factor is 2 or more: their shared state (Kubernetes: a ReplicatedVolume)
-// names this node the primary of epoch 1, this node's volume manager
-// starts, and the workload runs the secondaries. Volumes of factor 1 stay
-// plain node-local datasets.
-func (c *Service) EnableReplication(cluster ports.ClusterState, w ports.ReplicaWorkload) {
-	c.cluster, c.workload = cluster, w
+// Replication is what the controller replicates volumes with.
+type Replication struct {
+	// Cluster holds the volumes' shared states (Kubernetes: their
+	// ReplicatedVolumes).
+	Cluster ports.ClusterState
+	// Specs, when set, records what each volume is with its first state
+	// (Kubernetes: the ReplicatedVolume's spec, the same store as
+	// Cluster); nil: the state alone.
+	Specs ports.SpecRecorder
+	// Workload runs the secondaries (Kubernetes: the replica pods).
+	Workload ports.ReplicaWorkload
+	// Events, when set, hears what the replication of a volume did: each
+	// step of setting it up that fails, and its completion (Kubernetes:
+	// on the ReplicatedVolume and its claim).
+	Events ports.EventRecorder
 }
 
-// RecordEvents makes the controller raise events on the volumes it
-// replicates (Kubernetes: on the ReplicatedVolume and its claim): each
-// step of setting up replication that fails, and its completion.
-func (c *Service) RecordEvents(r ports.EventRecorder) { c.events = r }
+// EnableReplication makes CreateVolume replicate volumes whose replication
+// factor is 2 or more with r: their shared state names this node the
+// primary of epoch 1, this node's volume manager starts, and the workload
+// runs the secondaries. Volumes of factor 1 stay plain node-local
+// datasets.
+func (c *Service) EnableReplication(r Replication) { c.repl = r }
 
 // CreateVolumeRequest is a CreateVolume call as the CSI adapter received
 // it, checked once by volume.ParseCreate.
@@ -167,7 +173,7 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 // retried CreateVolume completes what an interrupted one began.
 func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpec) (Volume, error) {
 	params := spec.Params
-	if c.cluster == nil || c.workload == nil || params.ReplicationFactor < 2 {
+	if c.repl.Cluster == nil || c.repl.Workload == nil || params.ReplicationFactor < 2 {
 		return v, nil
 	}
 	self := c.cfg.Node
@@ -175,13 +181,13 @@ func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpe
 		Replicas: []replica.Replica{{Node: self, Active: true}}}
 	var st replica.State
 	var err error
-	if rec, ok := c.cluster.(ports.SpecRecorder); ok {
-		st, err = rec.CreateWithSpec(ctx, first, volumeSpec(v, spec))
+	if c.repl.Specs != nil {
+		st, err = c.repl.Specs.CreateWithSpec(ctx, first, volumeSpec(v, spec))
 	} else {
-		st, err = c.cluster.Create(ctx, first)
+		st, err = c.repl.Cluster.Create(ctx, first)
 	}
 	if errors.Is(err, ports.ErrExists) {
-		st, err = c.cluster.Get(ctx, v.ID)
+		st, err = c.repl.Cluster.Get(ctx, v.ID)
 	}
 	if err != nil {
 		c.warn(ctx, v.ID, ReasonStateFailed, "replicated volume: shared state not created: %v", err)
@@ -191,15 +197,15 @@ func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpe
 	if r, ok := st.Replica(self); !ok || (primary && !r.Active) {
 		primary = false
 	}
-	if err := c.workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
+	if err := c.repl.Workload.StartReplica(ctx, v.ID, self, params.SnapshotInterval, primary); err != nil {
 		c.warn(ctx, v.ID, ReasonReplicaFailed, "replicated volume: volume manager on node %s not started: %v", self, err)
 		return Volume{}, err
 	}
-	if err := c.workload.Apply(ctx, v.ID, placement.Desired(st), params.SnapshotInterval); err != nil {
+	if err := c.repl.Workload.Apply(ctx, v.ID, placement.Desired(st), params.SnapshotInterval); err != nil {
 		c.warn(ctx, v.ID, ReasonWorkloadFailed, "replicated volume: ReplicaSet and budget not applied: %v", err)
 		return Volume{}, err
 	}
-	k, val := c.workload.Segment(v.ID)
+	k, val := c.repl.Workload.Segment(v.ID)
 	v.Usable = map[string]string{k: val}
 	holder := fmt.Sprintf("this node %s holds the primary", self)
 	if !primary {
@@ -223,8 +229,8 @@ const (
 )
 
 func (c *Service) record(ctx context.Context, id volume.ID, e ports.Event) {
-	if c.events != nil {
-		c.events.Record(ctx, id, e)
+	if c.repl.Events != nil {
+		c.repl.Events.Record(ctx, id, e)
 	}
 }
 
@@ -311,15 +317,15 @@ func (c *Service) DeleteVolume(ctx context.Context, volumeID string) error {
 			return err
 		}
 	}
-	if c.cluster != nil {
+	if c.repl.Cluster != nil {
 		// A replicated volume, wherever its copies are: its shared state
 		// is marked for deletion; each replica (this node's included)
 		// destroys its copy and leaves the list, and the state goes with
 		// the last entry (Kubernetes: a finalizer holds the
 		// ReplicatedVolume, and with it its pods, until then).
-		switch err := c.cluster.Delete(ctx, id); {
+		switch err := c.repl.Cluster.Delete(ctx, id); {
 		case err == nil:
-			if _, err := c.cluster.Get(ctx, id); !errors.Is(err, ports.ErrNotFound) {
+			if _, err := c.repl.Cluster.Get(ctx, id); !errors.Is(err, ports.ErrNotFound) {
 				c.log.Info("replicated volume deleting: each replica destroys its copy", zap.String("volume", string(id)))
 				return nil
 			}

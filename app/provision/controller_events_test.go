@@ -43,9 +43,8 @@ func TestReplicatingAVolumeRaisesAnEventAndAWarningForAFailedStep(t *testing.T) 
 	ctrl := gomock.NewController(t)
 	w := mocks.NewMockReplicaWorkload(ctrl)
 	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
-	c.EnableReplication(fakecluster.New(), w)
 	h := &heard{}
-	c.RecordEvents(h)
+	c.EnableReplication(provision.Replication{Cluster: fakecluster.New(), Workload: w, Events: h})
 	req := provision.CreateVolumeRequest{Name: "pvc-e", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "3"}}
 
@@ -78,9 +77,8 @@ func TestAFailedSharedStateIsAWarning(t *testing.T) {
 	states := mocks.NewMockClusterState(ctrl)
 	states.EXPECT().Create(gomock.Any(), gomock.Any()).Return(replica.State{}, ports.ErrUnavailable)
 	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
-	c.EnableReplication(states, mocks.NewMockReplicaWorkload(ctrl))
 	h := &heard{}
-	c.RecordEvents(h)
+	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl), Events: h})
 	if _, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-f", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2"}}); !errors.Is(err, ports.ErrUnavailable) {
 		t.Fatalf("CreateVolume: %v, want ErrUnavailable", err)

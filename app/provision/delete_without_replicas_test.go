@@ -30,7 +30,7 @@ func TestDeleteVolumeOfAStateWithoutReplicasLeavesTheLocalCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
-	c.EnableReplication(states, mocks.NewMockReplicaWorkload(gomock.NewController(t)))
+	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(gomock.NewController(t))})
 	if err := c.DeleteVolume(ctx, string(id)); err != nil {
 		t.Fatal(err)
 	}

@@ -153,8 +153,7 @@ func enableReplication(api *kubeAPI, ctrl *provision.Service, events ports.Event
 	if api == nil || api.workload == nil {
 		return
 	}
-	ctrl.EnableReplication(api.states, api.workload)
-	ctrl.RecordEvents(events)
+	ctrl.EnableReplication(provision.Replication{Cluster: api.states, Specs: api.states, Workload: api.workload, Events: events})
 }
 
 // eventRecorder is where a component's events go: with --cluster-state
