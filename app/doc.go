@@ -8,9 +8,11 @@
 //	                   replicated volume on publish (publish.Service)
 //	app/replication    a replica's volume manager and its watchdog
 //	                   (replication.Replicator, replication.Watchdog)
-//	app/failover       the daemon's node-loss use cases (Guard, Survivor)
+//	app/failover       the daemon's node-loss use cases (Guard, Survivor,
+//	                   Takers)
 //	app/orchestration  Kubernetes' view kept in line with the replicas
-//	                   (Labeler, Adopter, Binder)
+//	                   (the daemon's Placement loop over the Labeler and
+//	                   the Adopter; the Binder)
 //
 // Two small packages serve more than one room: app/refusal names why a
 // use case refuses a call (mapped to gRPC codes in one place,

@@ -95,8 +95,10 @@ type StateFeed interface {
 // VolumeSpec is what a volume is: its size, how often it is snapshotted
 // and what it was made for. Stores that can keep it next to the volume's
 // state (Kubernetes: the ReplicatedVolume's spec) record it when the state
-// is created, for operators; no replication decision reads it. Empty
-// fields are unknown (a volume made outside Kubernetes has no claim).
+// is created, for operators. Of its fields only the snapshot interval is
+// read back, into replica.State.SnapshotInterval (the primary's machine
+// obeys it), and the claim, where events also go. Empty fields are
+// unknown (a volume made outside Kubernetes has no claim).
 type VolumeSpec struct {
 	CapacityBytes    int64
 	SnapshotInterval time.Duration

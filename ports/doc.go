@@ -1,12 +1,23 @@
 // Package ports declares what Ferry's use cases need from the outside world,
-// as small interfaces owned by their consumer: SnapshotStore (the node's ZFS
-// datasets, snapshots and streams), Mounter (bind mounts into pods),
-// ClusterState (the shared replica list, changed only by compare-and-swap)
-// and Transport (snapshot streams from peers).
+// as small interfaces owned by their consumer:
+//
+//   - storage: SnapshotStore (the node's ZFS datasets, snapshots and
+//     streams), WriteLock, Mounter and MountTable (bind mounts into pods);
+//   - shared state: ClusterState (the replica list, changed only by
+//     compare-and-swap), StateWatcher, StateFeed, SpecRecorder;
+//   - peers and the node's own processes: Transport (snapshot streams),
+//     PromiseAsker, ReplicaControl (the node plugin to its volume
+//     managers);
+//   - node loss: NodeLease, NodeLeases, Fencer, HolderStopper, NodeFencer,
+//     FailoverEffects, PermitPublisher, PermitReader, FenceRecords;
+//   - Kubernetes' view: NodePlacement, ReplicaWorkload, Claims;
+//   - EventRecorder.
 //
 // Each interface documents its contract: the errors it returns (the Err*
-// sentinels below, matched with errors.Is) and who closes what. Every
-// implementation passes the same contract suite (tests/contract).
+// sentinels, matched with errors.Is) and who closes what. SnapshotStore,
+// ClusterState and StateWatcher have contract suites every implementation
+// passes (tests/contract); the others are tested with their adapters
+// (ARCHITECTURE.md, section 3).
 //
 //go:generate go tool mockgen -destination=mocks/mocks.go -package=mocks github.com/ferry-csi/ferry/ports SnapshotStore,MountTable,Mounter,ClusterState,Transport,EventRecorder,NodePlacement,ReplicaWorkload,ReplicaControl,Fencer,NodeLease,NodeLeases,FailoverEffects,PermitPublisher,PermitReader,FenceRecords,WriteLock,HolderStopper
 package ports

@@ -1,9 +1,10 @@
 // Package casloop is the optimistic compare-and-swap loop every
 // ports.ClusterState adapter runs for Update: read the newest state, run
 // the caller's pure function on a copy without holding anything, write the
-// result only if the version read is still current, else start over. The
-// in-memory, file and (later) Kubernetes adapters differ only in how they
-// read and how they compare-and-swap.
+// result only if the version read is still current, else start over, up to
+// MaxAttempts (then ports.ErrConflict). The in-memory (fakecluster), file
+// (filecluster) and Kubernetes (kube/rvstate) adapters differ only in how
+// they read and how they compare-and-swap.
 package casloop
 
 import (

@@ -1,8 +1,9 @@
 // Package filecluster is a ports.ClusterState kept in a directory, so that
 // several processes on one machine share it: the multi-process replication
-// tests run one Ferry node per process against it until the Kubernetes
-// adapter exists. It is not meant for production: nothing in it spans
-// machines, and it trusts every process that can write the directory.
+// tests (tests/replication) run one Ferry node per process against it; on
+// Kubernetes the shared state is adapters/kube/rvstate. It is not meant for
+// production: nothing in it spans machines, and it trusts every process
+// that can write the directory.
 //
 // Each volume has up to three files in the directory:
 //

@@ -1,5 +1,5 @@
-// Package memstore is an in-memory ports.SnapshotStore for tests and the
-// demo's dry runs. A volume's files live in a real temporary directory (its
+// Package memstore is an in-memory ports.SnapshotStore (and
+// ports.WriteLock) for tests and the demo's dry runs. A volume's files live in a real temporary directory (its
 // MountPath), so tests write and read them exactly as on ZFS; snapshots copy
 // the directory's files into memory, and streams carry those copies.
 //

@@ -1,5 +1,8 @@
-// Package zfs implements ports.SnapshotStore on a ZFS pool, on OpenZFS 2.x
-// and on the older zfs-fuse CLI alike.
+// Package zfs implements ports.SnapshotStore and ports.WriteLock on a ZFS
+// pool, on OpenZFS 2.x and on the older zfs-fuse CLI alike. What the CLI
+// can do is found out here, not decided elsewhere: resumable receives
+// (detected at start), whether a volume changed since its newest snapshot
+// (the written property, which zfs-fuse lacks).
 //
 // Commands run as argument lists, never through a shell, with LC_ALL=C so
 // that error classification does not depend on the locale. Simple

@@ -2,7 +2,8 @@
 // seed 000's fencing): the Guard keeps this node's lease and fences the
 // primaries here when the node may no longer write; the Survivor watches
 // every other node's lease and, when one is lost, takes over the volumes
-// whose successor this node is. The rules (when a node may write, when an
+// whose successor this node is; Takers records which copies may take this
+// node's primaries over, before any of them is told. The rules (when a node may write, when an
 // observer may take a node for lost, who takes over, why a copy here is
 // fenced or given back: liveness/fence.go, what a takeover owes:
 // liveness/aftermath.go) are domain/liveness's; these use cases measure

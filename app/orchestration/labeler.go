@@ -1,9 +1,12 @@
-// Package orchestration holds the use cases that keep Kubernetes' view of
-// Ferry's volumes in line with their replica state: which nodes may run a
-// volume's pods (Labeler), and, as it grows, the per-volume ReplicaSets,
-// budgets and replica pods. What to place, scale or start is decided in
-// domain/placement; these use cases read, ask the domain and hand the
-// answer to a port.
+// Package orchestration holds the node daemon's use cases that keep
+// Kubernetes' view of Ferry's volumes in line with their replica state:
+// which nodes may run a volume's pods (Labeler: the node's placement
+// labels), a volume manager for every copy in the node's pool and the
+// size of the workloads of the volumes whose primary is here (Adopter),
+// the daemon's loop over both, woken by the feed of every volume's state
+// (Placement), and the node of each Immediate claim (Binder). What to
+// place, scale, start or select is decided in domain/placement; these use
+// cases read, ask the domain and hand the answer to a port.
 package orchestration
 
 import (

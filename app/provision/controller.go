@@ -167,8 +167,8 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 // replicate sets up replication of a new (or retried) volume of factor 2
 // or more when replication is enabled: the shared state with this node as
 // the active primary of epoch 1 (the volume was created here for the pod
-// the scheduler placed here; handing the primary over when the pod moves
-// is the next stage), this node's volume manager, and the secondaries'
+// the scheduler placed here; a publish elsewhere hands the primary over,
+// app/publish), this node's volume manager, and the secondaries'
 // workload sized by placement.Desired. Every step is idempotent, so a
 // retried CreateVolume completes what an interrupted one began.
 func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpec) (Volume, error) {
@@ -277,10 +277,10 @@ func (c *Service) volume(info ports.VolumeInfo, src volume.Source) Volume {
 // DeleteVolume destroys a volume. A volume that does not exist (or an ID
 // no volume can have) is already deleted. A volume with CSI snapshots is
 // kept (ErrPrecondition): destroying it would destroy them. A volume in
-// use is kept too (ErrPrecondition, volume.MayDelete): in this stage
-// "in use" is a mount of its filesystem on this node other than its own
-// mountpoint; the orchestration stage adds the replica state's active
-// primary.
+// use is kept too (ErrPrecondition, volume.MayDelete): "in use" is a
+// mount of its filesystem on this node other than its own mountpoint (the
+// replica state's active primary is not asked: a replicated volume's state
+// is marked deleted, and on Kubernetes a claim in use is not deleted).
 func (c *Service) DeleteVolume(ctx context.Context, volumeID string) error {
 	if volumeID == "" {
 		return &volume.InvalidError{Field: "volume_id", Reason: "must not be empty"}

@@ -1,11 +1,20 @@
 // Command ferry is Ferry's one binary. Its mode is its first argument:
 //
-//	ferry daemon          CSI node service on every node (DaemonSet)
-//	ferry controller      CSI controller service (Deployment, with the sidecars)
+//	ferry daemon          on every node (DaemonSet): the CSI node service,
+//	                      with --serve-controller the node's CSI controller
+//	                      service, the peer service, and on Kubernetes the
+//	                      node's lease, fence and takeovers (app/failover)
+//	                      and its placement (app/orchestration)
+//	ferry controller      a central CSI controller service (csi-sanity,
+//	                      the demo)
 //	ferry volume-manager  one replica of one volume on one node
 //
-// Each mode is an fx application assembled from the modules in modules.go;
-// `ferry MODE --help` lists its flags with their defaults.
+// Each mode is an fx application assembled from the modules in modules.go,
+// each module given its own group of Options; a process has at most one
+// Kubernetes client set (kube.go, kubeAPI). `ferry MODE --help` lists its
+// flags with their defaults. It wires adapters to the use cases and
+// validates flags; the one rule it holds is the replica pod's readiness
+// (readyHandler).
 package main
 
 import (

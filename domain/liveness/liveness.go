@@ -3,9 +3,11 @@
 // its primaries, whether an observer may take another node for lost, and
 // which survivor takes a lost primary's volume over, why the guard fences
 // a copy here and when it gives its pods back (fence.go), what a survivor
-// does around a takeover (aftermath.go), and when a returned node lifts
-// its own fenced taint (taint.go) (seed 000 with the node-loss stage:
-// each daemon renews a Lease of its own node).
+// does around a takeover (aftermath.go), when a returned node lifts its
+// own fenced taint (taint.go), and the node's write permit, on which a
+// volume manager's watchdog fences its primary when the daemon is down
+// (watchdog.go). Seed 000's fencing, with each daemon renewing a Lease of
+// its own node.
 //
 // No clock is shared: every instant here is a duration on the clock of
 // the node deciding (time since its process started, say), and a span

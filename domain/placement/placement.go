@@ -1,8 +1,9 @@
 // Package placement decides, from a volume's replica state, what
 // Kubernetes should be told: how many secondaries the volume's ReplicaSet
 // should run, how many of them a voluntary disruption (a drain) must leave
-// running, on which nodes the volume may be used, and whether a node's
-// copy found without a pod may join. The Kubernetes adapters only apply
+// running, on which nodes the volume may be used, whether a node's copy
+// found without a pod may join, and which node takes an Immediate claim
+// (SelectNode, the same answer on every daemon). The Kubernetes adapters only apply
 // these answers (ReplicaSet scale, PodDisruptionBudget minAvailable, node
 // labels, pod creation); nothing here knows a Kubernetes type.
 //

@@ -8,14 +8,14 @@ import (
 // Use is what is known about where a volume is in use when deciding
 // whether it may be deleted. It gathers both sources of that knowledge:
 //
-//   - Mounts: the node's mount table. Today the controller runs on the
-//     node that holds the volume (csi-sanity, the demo, the pinned
-//     controller Deployment) and reads which mounts have the volume's
-//     filesystem as their source.
+//   - Mounts: the node's mount table. The controller runs on the node
+//     that holds the volume (the daemon's --serve-controller, csi-sanity,
+//     the demo) and reads which mounts have the volume's filesystem as
+//     their source.
 //   - ActivePrimary: the replica state's active primary (replica.State's
-//     Primary while its Replica is Active), which the orchestration stage
-//     reads from the ReplicatedVolume resource, so that a volume published
-//     on another node is known to be in use too.
+//     Primary while its Replica is Active), so that a volume published on
+//     another node is known to be in use too. DeleteVolume does not fill
+//     it yet (ARCHITECTURE.md 5.4).
 type Use struct {
 	// Mounts are the mount points showing the volume's filesystem other
 	// than its own mountpoint: the pods' bind mounts.

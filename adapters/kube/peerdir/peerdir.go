@@ -1,9 +1,11 @@
 // Package peerdir publishes and finds each node's peer address: the
 // address where the node's daemon serves its pool's snapshots to the
 // other nodes (adapters/peer). Each daemon holds a coordination Lease
-// named after its node in Ferry's namespace, renewed periodically, with
-// the address in an annotation; volume managers resolve a node's address
-// from it. The Lease's renew time is also the node daemon's heartbeat.
+// named after its node in Ferry's namespace, with the address in an
+// annotation; volume managers resolve a node's address from it
+// (Resolver). The Lease is also the node's liveness: Publisher is
+// ports.NodeLease (the failover Guard renews it), Leases is
+// ports.NodeLeases (the Survivors read every node's).
 package peerdir
 
 import (

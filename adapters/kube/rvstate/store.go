@@ -4,6 +4,9 @@
 // status subresource carrying the resourceVersion read, so that the API
 // server's optimistic concurrency is the compare-and-swap. Everything
 // Update may change is in that one object and written in one request.
+// The same Store watches one volume's state (ports.StateWatcher), feeds
+// every volume's (ports.StateFeed, feed.go) and records a new volume's
+// spec (ports.SpecRecorder).
 package rvstate
 
 import (

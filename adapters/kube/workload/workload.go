@@ -2,9 +2,13 @@
 // ReplicaSet of volume-manager pods (one per secondary copy, spread one per
 // node by required pod anti-affinity, only on nodes running Ferry) and its
 // PodDisruptionBudget, both owned by the volume's ReplicatedVolume so that
-// the garbage collector removes them with it. How many secondaries and how
-// many a drain must leave come from domain/placement; this package only
-// renders and applies them.
+// the garbage collector removes them with it, and the volume's node-pinned
+// replica pods, moved out of the ReplicaSet for a publish and back
+// (ports.ReplicaWorkload). How many secondaries and how many a drain must
+// leave come from domain/placement; the pods' settings from the replica
+// template, except the snapshot interval (the volume's spec) and the
+// allowed lag (the daemon's, Template.AllowedLag), which a template may
+// not set. This package only renders and applies them.
 package workload
 
 import (
