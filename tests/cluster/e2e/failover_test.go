@@ -222,9 +222,23 @@ func nodeLoss(t *testing.T, fault string) {
 	if after := lost - beforeFault; after > 6*20 {
 		t.Errorf("the %s node wrote %d more times before it was fenced: its fence came later than duration - margin", fault, after)
 	}
-	if goal := 10 * time.Second; took > goal && os.Getenv("FERRY_E2E_LAX") == "" {
-		t.Errorf("failover took %s, the goal is %s", took.Round(100*time.Millisecond), goal)
+	// The takeover itself follows the lease: lost duration + margin after
+	// its last renewal (at most a renewal period before the fault), seen
+	// by a survivor's next look, fenced, swapped, and sampled here; a
+	// takeover later than that is a survivor that did not act. The pod's
+	// start after it is the scheduler's and the kubelet's: its time is a
+	// figure against the goal (make bench-move and the README carry the
+	// goals), not a pass/fail on a shared machine.
+	lt := leaseFlags(t)
+	if bound := lt.Duration + lt.Margin + 4*lt.Renew; tookOver.Sub(start) > bound {
+		t.Errorf("the takeover was seen %s after the fault: later than duration + margin + 4 renewal periods (%s)", tookOver.Sub(start).Round(100*time.Millisecond), bound)
 	}
+	goal := 10 * time.Second
+	verdict := "within"
+	if took > goal {
+		verdict = "beyond"
+	}
+	fmt.Printf("failover node-loss (%s): takeover %.1f s, pod ready %.1f s after the fault, %s the %s goal\n", fault, tookOver.Sub(start).Seconds(), took.Seconds(), verdict, goal)
 	rv, err := getRV(t, vol)
 	if err != nil || rv.Status.Primary != second {
 		t.Fatalf("after the failover the primary is %q, want %s: %+v %v", rv.Status.Primary, second, rv.Status, err)
