@@ -264,3 +264,28 @@ func TestAWatchSilentThroughAnOutageDoesNotStopTheFetching(t *testing.T) {
 		c.eventually("b holds "+v+" during the outage, its watch silent", func() bool { return c.holds("b", v) })
 	}
 }
+
+// The same with the volume's own snapshot interval (its spec's, in the
+// state) far shorter than the volume managers' --snapshot-interval: the
+// primary snapshots at the volume's, and a watch silent for three of the
+// volume's intervals, not the flag's hour, has the secondary read.
+func TestAWatchSilentForThreeOfTheVolumesIntervalsHasTheStateRead(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { s.SnapshotInterval = 20 * time.Millisecond; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	o := &watchingOutage{outageState: &outageState{ClusterState: c.state}, watch: c.state}
+	c.stateOverride = o
+	c.write("a", "v1")
+	for _, n := range []replica.Node{"a", "b"} {
+		c.startWith(n, func(cfg *replication.Config) { cfg.Resync, cfg.SnapshotInterval = time.Hour, time.Hour })
+	}
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b")
+	})
+	o.down.Store(true)
+	c.write("a", "v2")
+	c.eventually("b holds v2 during the outage, its watch silent", func() bool { return c.holds("b", "v2") })
+}

@@ -210,11 +210,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 	// primary reports a snapshot each, may be a watch of an API server
 	// that stopped answering (a watch does not say so): the state is read
 	// then, and every tick while it cannot be (the stale view's rules:
-	// the copies keep fetching through an outage).
-	quietTicks := max(1, int(3*max(r.cfg.SnapshotInterval, r.cfg.Tick)/r.cfg.Tick))
+	// the copies keep fetching through an outage). The interval is the
+	// volume's own once read (replica.Machine.SnapshotEvery).
 	quiet := 0
 	for {
-		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0 || r.stale || quiet >= quietTicks) {
+		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0 || r.stale || quiet >= 3*r.m.SnapshotEvery()) {
 			full := sinceFull >= resyncTicks
 			changed, quiet = false, 0
 			if full {

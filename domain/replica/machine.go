@@ -93,6 +93,10 @@ type Machine struct {
 	alerted     string // the conflict last alerted, so it is said once
 }
 
+// SnapshotEvery is the primary's snapshot interval in ticks, as the
+// machine keeps it now (snapshotEvery).
+func (m *Machine) SnapshotEvery() int { return m.snapshotEvery() }
+
 // snapshotEvery is the primary's snapshot interval in ticks: the
 // volume's own (State.SnapshotInterval, its spec: an edit takes effect at
 // the next read) when set and the tick is known, else the configured one.
