@@ -24,6 +24,10 @@ import (
 type Config struct {
 	Node replica.Node // the node whose store this process drives
 	Pool string       // the pool the store serves
+	// Locks is the process's table of per-volume locks, shared with the
+	// node's use cases when one process serves both (a delete and a
+	// publish of one volume never interleave); nil: a table of its own.
+	Locks *volumelock.Locks
 }
 
 // Volume context keys: facts fixed at creation, handed to every node call.
@@ -52,7 +56,11 @@ type Service struct {
 // mount table of the node the store is on: in this stage it tells whether
 // a volume is published (DeleteVolume refuses a volume in use).
 func New(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Service {
-	return &Service{cfg: cfg, store: store, mounts: mounts, locks: volumelock.New(), log: log}
+	locks := cfg.Locks
+	if locks == nil {
+		locks = volumelock.New()
+	}
+	return &Service{cfg: cfg, store: store, mounts: mounts, locks: locks, log: log}
 }
 
 // Replication is what the controller replicates volumes with.

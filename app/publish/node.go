@@ -22,6 +22,10 @@ type Config struct {
 	// KubeletDir is the kubelet's directory: every pod target path lies
 	// below it. Empty means volume.DefaultKubeletDir.
 	KubeletDir string
+	// Locks is the process's table of per-volume locks, shared with the
+	// controller's use cases when one process serves both (a delete and a
+	// publish of one volume never interleave); nil: a table of its own.
+	Locks *volumelock.Locks
 }
 
 // Service implements the CSI node's use cases: making a local volume
@@ -44,7 +48,11 @@ func New(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Lo
 	if cfg.KubeletDir == "" {
 		cfg.KubeletDir = volume.DefaultKubeletDir
 	}
-	return &Service{cfg: cfg, store: store, mount: mount, locks: volumelock.New(), log: log}
+	locks := cfg.Locks
+	if locks == nil {
+		locks = volumelock.New()
+	}
+	return &Service{cfg: cfg, store: store, mount: mount, locks: locks, log: log}
 }
 
 // NodeID is the node's CSI node_id.

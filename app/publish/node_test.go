@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/app/volumelock"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 	"github.com/ferry-csi/ferry/ports/mocks"
@@ -156,5 +157,23 @@ func TestStatsOnlyForAPathWhereTheVolumeIsPublished(t *testing.T) {
 	var inv *volume.InvalidError
 	if _, err := n.Stats(ctx, "v", "/var/lib/kubelet/pods/../../../etc"); !errors.As(err, &inv) {
 		t.Fatalf("traversal: err = %v, want InvalidError", err)
+	}
+}
+
+// A publish waits (ErrPending, retried) while the process's lock of its
+// volume is held, by the controller's use cases too when the table is
+// shared (Config.Locks): a DeleteVolume in progress, say.
+func TestAPublishWaitsWhileTheSharedLockOfItsVolumeIsHeld(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	locks := volumelock.New()
+	n := publish.New(publish.Config{Node: "node-1", Locks: locks}, mocks.NewMockSnapshotStore(ctrl), mocks.NewMockMounter(ctrl), zap.NewNop())
+	unlock, ok := locks.TryLock("volume/v")
+	if !ok {
+		t.Fatal("the lock of v is held already")
+	}
+	defer unlock()
+	err := n.Publish(ctx, publish.Request{VolumeID: "v", TargetPath: podTarget, Capability: volume.Capability{Mode: volume.SingleNodeWriter}})
+	if !errors.Is(err, refusal.ErrPending) {
+		t.Fatalf("publish while the volume's lock is held elsewhere: %v, want ErrPending", err)
 	}
 }

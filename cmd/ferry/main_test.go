@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
 	"go.uber.org/fx"
 )
 
@@ -131,5 +133,20 @@ func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T
 	}
 	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", 0, "volume-manager"); err != nil || api != nil {
 		t.Fatalf("a file cluster state built a Kubernetes client: %v, %v", api, err)
+	}
+}
+
+// One process, one table of per-volume locks: a daemon serving the
+// controller too never deletes a volume while it publishes it.
+func TestTheControllerAndTheNodeOfAProcessShareTheirVolumeLocks(t *testing.T) {
+	o := &Options{LogOptions: LogOptions{LogLevel: "error", LogFormat: "json"}, NodeOptions: NodeOptions{NodeID: "n1"}}
+	var pc provision.Config
+	var nc publish.Config
+	app := fx.New(base(o, "daemon"), fx.Populate(&pc, &nc), fx.NopLogger)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if pc.Locks == nil || pc.Locks != nc.Locks {
+		t.Fatalf("the controller's locks %p, the node's %p: want one shared table", pc.Locks, nc.Locks)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
+	"github.com/ferry-csi/ferry/app/volumelock"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -40,11 +41,14 @@ func base(o *Options, mode string) fx.Option {
 			l.UseLogLevel(zapcore.DebugLevel)
 			return l
 		}),
-		fx.Provide(func() provision.Config {
-			return provision.Config{Node: replica.Node(o.NodeID), Pool: o.Pool}
+		// One table of per-volume locks for the process: a daemon that
+		// also serves the controller never deletes a volume it publishes.
+		fx.Provide(volumelock.New),
+		fx.Provide(func(locks *volumelock.Locks) provision.Config {
+			return provision.Config{Node: replica.Node(o.NodeID), Pool: o.Pool, Locks: locks}
 		}),
-		fx.Provide(func() publish.Config {
-			return publish.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir}
+		fx.Provide(func(locks *volumelock.Locks) publish.Config {
+			return publish.Config{Node: replica.Node(o.NodeID), KubeletDir: o.KubeletDir, Locks: locks}
 		}),
 	)
 }
