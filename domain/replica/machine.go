@@ -93,14 +93,10 @@ type Machine struct {
 	alerted     string // the conflict last alerted, so it is said once
 }
 
-// SnapshotEvery is the primary's snapshot interval in ticks, as the
-// machine keeps it now (snapshotEvery).
-func (m *Machine) SnapshotEvery() int { return m.snapshotEvery() }
-
-// snapshotEvery is the primary's snapshot interval in ticks: the
+// SnapshotEvery is the primary's snapshot interval in ticks: the
 // volume's own (State.SnapshotInterval, its spec: an edit takes effect at
 // the next read) when set and the tick is known, else the configured one.
-func (m *Machine) snapshotEvery() int {
+func (m *Machine) SnapshotEvery() int {
 	if iv := m.state.SnapshotInterval; iv > 0 && m.cfg.Tick > 0 {
 		return max(1, int((iv+m.cfg.Tick-1)/m.cfg.Tick))
 	}
@@ -368,7 +364,7 @@ func (m *Machine) Step(ev Event) error {
 		// are kept aside first): listed again before deciding.
 		m.haveLocal = false
 	case SnapshotNow:
-		m.ticks = max(m.ticks, m.snapshotEvery())
+		m.ticks = max(m.ticks, m.SnapshotEvery())
 	case Release:
 		if !m.releasing {
 			m.releasing, m.finalTaken, m.released, m.releaseLost = true, false, false, ""
@@ -618,7 +614,7 @@ func (m *Machine) Wake() int {
 	self, _ := m.state.Replica(m.cfg.Self)
 	if m.isPrimary(self) {
 		// Ticks only change the primary's decision: its next snapshot.
-		return max(0, m.snapshotEvery()-m.ticks)
+		return max(0, m.SnapshotEvery()-m.ticks)
 	}
 	return -1
 }
@@ -677,7 +673,7 @@ func (m *Machine) decide() Action {
 		return BecomePrimary{}
 	}
 	if m.isPrimary(self) {
-		if m.ticks >= m.snapshotEvery() {
+		if m.ticks >= m.SnapshotEvery() {
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch, Periodic: true}
 		}
 		return m.retention()

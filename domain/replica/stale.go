@@ -77,7 +77,7 @@ func (m *Machine) decideStale() Action {
 		switch {
 		case m.releasing && (!m.finalTaken || newest.Epoch != m.state.Epoch):
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch}
-		case !m.releasing && m.ticks >= m.snapshotEvery():
+		case !m.releasing && m.ticks >= m.SnapshotEvery():
 			return TakeSnapshot{Number: m.state.NextSnapshot(m.local), Epoch: m.state.Epoch, Periodic: true}
 		}
 		return m.retentionStale()
