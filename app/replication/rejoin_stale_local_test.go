@@ -32,10 +32,14 @@ func TestAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 		pc, _ := st.Replica("c")
 		return c.holds("b", "v1") && c.holds("c", "v1") && pb.Ready && pc.Ready
 	})
-	time.Sleep(50 * time.Millisecond) // c idle: Wake < 0, its listing is not refreshed
+	// c idle (Wake < 0): its view of its pool is not refreshed. It is
+	// stopped while its copy is taken away, then runs on that view.
+	c.stop("c")
+	c.ticks("c", replication.MaxBackoffTicks)
 	if err := replication.LeaveHere(ctx, "c", volID, c.stores["c"], c.state, c.events, zap.NewNop()); err != nil {
 		t.Fatalf("LeaveHere: %v", err)
 	}
+	c.resume("c")
 	// c's volume manager, still running, may rejoin and fetch the volume
 	// again: that is its right. What it may never do is list a snapshot
 	// its pool does not hold. (No new snapshot is taken meanwhile, so

@@ -99,6 +99,11 @@ type Replicator struct {
 	peerSizes map[uint64]int64
 	// observed: a state of the volume was read since the start.
 	observed bool
+
+	// pace decides when the loop settles; begun: it is set up. Only
+	// the stepping goroutine touches them (Step).
+	pace  replica.Pace
+	begun bool
 }
 
 // TransferStatus is a snapshot of a transfer's progress. EstimatedBytes
@@ -184,90 +189,102 @@ func (r *Replicator) Status() Status {
 // watch (ports.StateWatcher), an idle replica reads nothing: it decides
 // again only when told of a change, when the machine's Wake says (the
 // primary's next snapshot), on a request, or every Resync; otherwise, and
-// while work is in progress, it re-reads and decides every tick.
+// while work is in progress, it re-reads and decides every tick
+// (replica.Pace decides when). Run feeds Step what wakes it; Run may be
+// called again after it returned, and goes on where it stopped.
 func (r *Replicator) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
 	changes := r.watch(ctx)
-	resync := r.cfg.Resync
-	if resync <= 0 {
-		resync = DefaultResync
-	}
-	resyncTicks := max(1, int(resync/r.cfg.Tick))
+	r.begin()
+	r.pace.Watching(changes != nil)
 	r.log.Info("volume manager started", zap.Duration("tick", r.cfg.Tick), zap.Duration("snapshotInterval", r.cfg.SnapshotInterval),
-		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate), zap.Bool("watch", changes != nil), zap.Duration("resync", resync))
-	// After a settle in which an action failed, the next settles wait
-	// 1, 3, 7, ... up to MaxBackoffTicks ticks: a peer that is down or a
-	// pool that is full must not cost the API server a write or two per
-	// tick and volume. A request (snapshot now, release) ends the wait; a
-	// change does not (the replica's own writes are changes too).
-	skip, failed, urgent := 0, 0, false
-	// sinceFull counts the ticks since the last full read (state and
-	// pool), whatever happened in between: the resync bounds what a lost
-	// notification or a stale listing can cost, busy or idle.
-	changed, incomplete, sinceFull := true, false, resyncTicks
-	// A watch that stays silent for three snapshot intervals, while the
-	// primary reports a snapshot each, may be a watch of an API server
-	// that stopped answering (a watch does not say so): the state is read
-	// then, and every tick while it cannot be (the stale view's rules:
-	// the copies keep fetching through an outage). The interval is the
-	// volume's own once read (replica.Machine.SnapshotEvery).
-	quiet := 0
+		zap.Int64("maxTransferRate", r.cfg.MaxTransferRate), zap.Bool("watch", changes != nil), zap.Duration("resync", r.resync()))
+	r.pace.Changed() // a (re)start reads afresh: changes may have come unwatched
+	r.Step(ctx, Requested)
 	for {
-		if urgent || skip == 0 && (changes == nil || changed || incomplete || sinceFull >= resyncTicks || r.m.Wake() == 0 || r.stale || quiet >= 3*r.m.SnapshotEvery()) {
-			full := sinceFull >= resyncTicks
-			changed, quiet = false, 0
-			if full {
-				sinceFull = 0
-			}
-			var failedNow bool
-			failedNow, incomplete = r.settle(ctx, full)
-			if failedNow {
-				failed++
-				skip = min(1<<min(failed, 16), MaxBackoffTicks) - 1
-			} else {
-				failed, skip = 0, 0
-			}
-		}
-		urgent = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			_ = r.m.Step(replica.Tick{})
-			sinceFull++
-			quiet++
-			if skip > 0 {
-				skip--
-			}
-			if skip > 0 && r.stale && r.readable(ctx) {
-				// The state reads again after an outage: the replica
-				// reports what it fetched or snapshotted meanwhile now,
-				// not after the back-off its failures during the outage
-				// (a peer down with it) earned: a takeover decided after
-				// the outage must see those reports (5.8).
-				skip, failed = 0, 0
-			}
+			r.Step(ctx, Tick)
 		case _, open := <-changes:
 			if !open {
 				changes = nil // the watch ended (ctx): poll until Run returns
+				r.pace.Watching(false)
 			}
-			changed = true
+			r.Step(ctx, Changed)
 		case <-r.wake:
-		}
-		r.mu.Lock()
-		reqs := r.requests
-		r.requests = nil
-		r.mu.Unlock()
-		for _, ev := range reqs {
-			_ = r.m.Step(ev)
-			urgent = true
-		}
-		if r.snapshotNow.Swap(false) {
-			_ = r.m.Step(replica.SnapshotNow{})
-			urgent = true
+			r.Step(ctx, Requested)
 		}
 	}
+}
+
+// Input is what wakes a volume manager's loop (Step).
+type Input int
+
+const (
+	// Tick: Config.Tick passed.
+	Tick Input = iota
+	// Changed: the watch of the shared state told of a change.
+	Changed
+	// Requested: a request may have arrived (SnapshotNow, Acquire,
+	// Release), or the loop starts.
+	Requested
+)
+
+// Step feeds the loop one input, steps the requests that arrived, and
+// settles when the pace says (replica.Pace). Run calls it for every
+// input; a test may call it itself, between runs, to replay a sequence
+// on its own clock. Only one goroutine may step at a time (Run's, or the
+// caller's while Run is not running).
+func (r *Replicator) Step(ctx context.Context, in Input) {
+	r.begin()
+	switch in {
+	case Tick:
+		_ = r.m.Step(replica.Tick{})
+		r.pace.Tick()
+		if r.pace.BackingOff() && r.stale && r.readable(ctx) {
+			r.pace.ViewReturned()
+		}
+	case Changed:
+		r.pace.Changed()
+	case Requested:
+		// A start, or a wake that the requests below may explain; a
+		// wake with no request settles only when otherwise due.
+	}
+	r.mu.Lock()
+	reqs := r.requests
+	r.requests = nil
+	r.mu.Unlock()
+	for _, ev := range reqs {
+		_ = r.m.Step(ev)
+		r.pace.Requested()
+	}
+	if r.snapshotNow.Swap(false) {
+		_ = r.m.Step(replica.SnapshotNow{})
+		r.pace.Requested()
+	}
+	if settle, full := r.pace.Next(r.m.Wake(), r.stale, r.m.SnapshotEvery()); settle {
+		failed, incomplete := r.settle(ctx, full)
+		r.pace.Settled(failed, incomplete)
+	}
+}
+
+// begin sets up the pace once (the first Run or Step).
+func (r *Replicator) begin() {
+	if r.begun {
+		return
+	}
+	r.begun = true
+	r.pace = replica.NewPace(max(1, int(r.resync()/r.cfg.Tick)), false)
+}
+
+func (r *Replicator) resync() time.Duration {
+	if r.cfg.Resync > 0 {
+		return r.cfg.Resync
+	}
+	return DefaultResync
 }
 
 // DefaultResync is how often an idle replica re-reads everything although
@@ -291,7 +308,7 @@ func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
 }
 
 // MaxBackoffTicks bounds the wait after failed actions (see Run).
-const MaxBackoffTicks = 64
+const MaxBackoffTicks = replica.MaxBackoffTicks
 
 // SnapshotNow asks the primary for a snapshot at its next decision. It is
 // safe to call from any goroutine: the machine is only ever stepped by

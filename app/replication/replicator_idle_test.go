@@ -40,15 +40,12 @@ func (c *countingStore) ListSnapshots(ctx context.Context, id volume.ID) ([]port
 }
 
 // runIdle runs n's volume manager over its own view of the shared state
-// and store (snapshots only when asked) until the test ends.
+// and store (snapshots only when asked) until stopped or the test ends.
 func (c *cluster) runIdle(n replica.Node, state ports.ClusterState, store ports.SnapshotStore) *replication.Replicator {
-	r := replication.New(replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
+	c.reps[n] = replication.New(replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		store, state, c.net, c.events, zap.NewNop())
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(runCtx); close(done) }()
-	c.t.Cleanup(func() { cancel(); <-done })
-	return r
+	c.resume(n)
+	return c.reps[n]
 }
 
 // An idle secondary reads nothing, neither the shared state nor its pool,
@@ -74,16 +71,19 @@ func TestAnIdleSecondaryReadsNothingUntilTheStateChanges(t *testing.T) {
 	}
 	c.eventually("b caught up with v1", caughtUp("v1"))
 
-	// 200 ticks of b's with nothing happening. A slow machine gives fewer
-	// ticks, so fewer reads: this window cannot make the test flaky.
-	time.Sleep(50 * time.Millisecond) // b's own last write may still wake it once
+	// 200 ticks of b's with nothing happening, on the test's clock: b is
+	// stopped and stepped. The first 64 ticks let b finish what it began
+	// (a back-off, its own last write told as a change).
+	c.stop("b")
+	c.ticks("b", replication.MaxBackoffTicks)
 	gets, lists := state.gets.Load(), store.lists.Load()
-	time.Sleep(200 * 5 * time.Millisecond)
-	if g, l := state.gets.Load()-gets, store.lists.Load()-lists; g > 2 || l > 0 {
+	c.ticks("b", 200)
+	if g, l := state.gets.Load()-gets, store.lists.Load()-lists; g > 0 || l > 0 {
 		t.Fatalf("an idle secondary read the shared state %d times and listed its pool %d times in 200 ticks", g, l)
 	}
 
 	// A change wakes it: the primary snapshots new data, b fetches it.
+	c.resume("b")
 	c.write("a", "v2")
 	c.reps["a"].SnapshotNow()
 	c.eventually("b caught up with v2", caughtUp("v2"))

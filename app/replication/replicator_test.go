@@ -124,6 +124,13 @@ func (c *cluster) start(n replica.Node) { c.startWith(n, func(*replication.Confi
 
 // startWith starts n's volume manager with its configuration changed by opt.
 func (c *cluster) startWith(n replica.Node, opt func(*replication.Config)) {
+	c.create(n, opt)
+	c.resume(n)
+}
+
+// create makes n's volume manager, not running: resume runs it, ticks
+// steps it.
+func (c *cluster) create(n replica.Node, opt func(*replication.Config)) {
 	cfg := replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: 20 * time.Millisecond, Keep: 3}
 	opt(&cfg)
 	var state ports.ClusterState = c.state
@@ -141,11 +148,28 @@ func (c *cluster) startWith(n replica.Node, opt func(*replication.Config)) {
 	if o, ok := c.storeOverride[n]; ok {
 		store = o
 	}
-	r := replication.New(cfg, store, state, c.net, c.events, log)
+	c.reps[n] = replication.New(cfg, store, state, c.net, c.events, log)
+}
+
+// resume runs n's volume manager (again, where it stopped) until stopped.
+func (c *cluster) resume(n replica.Node) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	r := c.reps[n]
 	go func() { _ = r.Run(ctx); close(done) }()
-	c.reps[n], c.cancel[n], c.done[n] = r, cancel, done
+	c.cancel[n], c.done[n] = cancel, done
+}
+
+// ticks steps n's volume manager, stopped, through k ticks of its own:
+// the test's clock, not the machine's.
+func (c *cluster) ticks(n replica.Node, k int) {
+	c.t.Helper()
+	if _, running := c.cancel[n]; running {
+		c.t.Fatalf("%s's volume manager is running: stop it before stepping it", n)
+	}
+	for range k {
+		c.reps[n].Step(ctx, replication.Tick)
+	}
 }
 
 func (c *cluster) stop(n replica.Node) {
@@ -175,14 +199,18 @@ func (c *cluster) eventually(what string, cond func() bool) {
 	}
 }
 
-// within polls cond until it holds (true) or timeout passed (false).
+// within polls cond, every 5 ms, until it holds (true) or timeout
+// passed (false).
 func within(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
+	deadline := time.After(timeout)
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+		select {
+		case <-deadline:
+			return cond()
+		case <-poll.C:
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return true
 }
@@ -432,20 +460,19 @@ func TestSnapshotNowMakesThePrimarySnapshotWithoutWaitingForItsInterval(t *testi
 	c.write("a", "final write before unpublish")
 	r := replication.New(replication.Config{Node: "a", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		c.stores["a"], c.state, c.net, c.events, zap.NewNop())
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(rctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	time.Sleep(50 * time.Millisecond) // ten ticks: far from an hour
+	r.Step(ctx, replication.Requested) // the start
+	for range 10 {                     // ten ticks: far from an hour
+		r.Step(ctx, replication.Tick)
+	}
 	if n := c.newestStored("a"); n != 0 {
 		t.Fatalf("the primary snapshotted (%d) before its interval or a request", n)
 	}
 	r.SnapshotNow()
-	c.eventually("the requested snapshot is taken and reported", func() bool {
-		st, _ := c.state.Get(ctx, volID)
-		a, _ := st.Replica("a")
-		return c.newestStored("a") == 1 && a.Snapshot == 1
-	})
+	r.Step(ctx, replication.Requested)
+	st, _ := c.state.Get(ctx, volID)
+	if a, _ := st.Replica("a"); c.newestStored("a") != 1 || a.Snapshot != 1 {
+		t.Fatalf("after the request the primary holds snapshot %d and reported %d, want 1 and 1", c.newestStored("a"), a.Snapshot)
+	}
 }
 
 // b's copy shares nothing with the newest and must be replaced; the first
@@ -633,16 +660,12 @@ func TestFailingTransfersBackOff(t *testing.T) {
 	c.eventually("a snapshotted", func() bool { return c.newestStored("a") > 0 })
 	c.net.BreakStreams("a", 0)
 	c.recordWrites()
-	c.startWith("b", func(cfg *replication.Config) { cfg.Tick = time.Millisecond })
-	start := time.Now()
-	for time.Since(start) < 400*time.Millisecond {
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.stop("b")
-	// 400 ticks of 1 ms: without back-off about 800 writes; with it about
-	// 10 attempts (1+2+4+...+64 ticks) of two writes each.
-	if n := len(c.writes()); n > 40 {
-		t.Fatalf("%d shared-state writes in %s of failing transfers, want at most 40 (back-off)", n, time.Since(start).Round(time.Millisecond))
+	c.create("b", func(*replication.Config) {})
+	c.ticks("b", 400)
+	// 400 ticks: without back-off about 800 writes; with it 10 attempts
+	// (after 1, 3, 7, ..., 63 ticks) of two writes each.
+	if n := len(c.writes()); n > 22 {
+		t.Fatalf("%d shared-state writes in 400 ticks of failing transfers, want at most 22 (back-off)", n)
 	}
 }
 
@@ -724,15 +747,7 @@ func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testi
 	}
 	r := replication.New(replication.Config{Node: "a", Volume: "plain", Tick: time.Millisecond, SnapshotInterval: time.Hour, Keep: 2},
 		store, states, faketransport.New(), &events{}, zap.NewNop())
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = r.Run(rctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Status().LastError == "" && !r.Status().Ready && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // until a has observed its state and its data
-	}
-	cancel()
-	<-done
+	r.Step(ctx, replication.Requested) // a observes its state and its data
 	// The state disappears without the deletion protocol (its last entry
 	// removed by hand): the copy is an orphan.
 	if err := states.Delete(ctx, "plain"); err != nil {

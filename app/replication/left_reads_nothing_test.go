@@ -2,16 +2,16 @@ package replication_test
 
 import (
 	"testing"
-	"time"
+
+	"github.com/ferry-csi/ferry/app/replication"
 )
 
-// REVIEW: a replica that left a volume being deleted (its copy destroyed)
-// never settles again: Next returns early on m.left without setting
-// settled, so Wake() is 0 for ever and Run re-reads the shared state every
-// tick until its pod is deleted, which for a pod owned by the
-// ReplicatedVolume is when the last replica (maybe on a node that is down)
-// has left.
-func TestAReplicaThatLeftReadsTheStateEveryTick(t *testing.T) {
+// A replica that left a volume being deleted (its copy destroyed) reads
+// nothing more: its pod, owned by the ReplicatedVolume, may live on until
+// the last replica (maybe on a node that is down) has left, and must not
+// read the shared state every tick meanwhile (Machine.Wake is -1 once
+// left).
+func TestAReplicaThatLeftReadsNothingMore(t *testing.T) {
 	c := newCluster(t, 2, "a", "b")
 	c.write("a", "v1")
 	c.start("a")
@@ -29,10 +29,13 @@ func TestAReplicaThatLeftReadsTheStateEveryTick(t *testing.T) {
 		_, listed := st.Replica("a")
 		return err == nil && !listed
 	})
-	time.Sleep(50 * time.Millisecond)
+	// 100 ticks on the test's clock, nothing changing, after those that
+	// let a finish what it began (a back-off, its own last write).
+	c.stop("a")
+	c.ticks("a", replication.MaxBackoffTicks)
 	before := state.gets.Load()
-	time.Sleep(100 * 5 * time.Millisecond) // 100 ticks, nothing changes
-	if g := state.gets.Load() - before; g > 5 {
+	c.ticks("a", 100)
+	if g := state.gets.Load() - before; g > 0 {
 		t.Fatalf("BUG: a replica that left read the unchanged state %d times in 100 ticks", g)
 	}
 }
