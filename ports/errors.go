@@ -29,4 +29,7 @@ var (
 	// ErrUnavailable: a peer or service did not answer; the same call may
 	// succeed later or against another peer.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrUnsupported: the implementation cannot do this at all (a state
+	// store that cannot watch); the caller falls back (polls).
+	ErrUnsupported = errors.New("not supported by this implementation")
 )

@@ -19,7 +19,7 @@ var ErrUnreachable = fmt.Errorf("node unreachable: %w", ports.ErrUnavailable)
 // Network is a simulated network of nodes, safe for concurrent use.
 type Network struct {
 	mu     sync.Mutex
-	stores map[replica.Node]ports.SnapshotStore
+	stores map[replica.Node]Source
 	cut    map[replica.Node]bool
 	breaks map[replica.Node]int64 // streams from the node fail after so many bytes
 }
@@ -28,12 +28,12 @@ var _ ports.Transport = (*Network)(nil)
 
 // New returns a network without nodes.
 func New() *Network {
-	return &Network{stores: map[replica.Node]ports.SnapshotStore{}, cut: map[replica.Node]bool{}, breaks: map[replica.Node]int64{}}
+	return &Network{stores: map[replica.Node]Source{}, cut: map[replica.Node]bool{}, breaks: map[replica.Node]int64{}}
 }
 
 // Add registers (or replaces) the store that serves node's streams. It
 // leaves a cut in place: a node replaced while partitioned stays so.
-func (n *Network) Add(node replica.Node, store ports.SnapshotStore) {
+func (n *Network) Add(node replica.Node, store Source) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stores[node] = store
@@ -92,7 +92,7 @@ func (n *Network) Snapshots(ctx context.Context, node replica.Node, id volume.ID
 	return store.ListSnapshots(ctx, id)
 }
 
-func (n *Network) peer(ctx context.Context, node replica.Node) (ports.SnapshotStore, error) {
+func (n *Network) peer(ctx context.Context, node replica.Node) (Source, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -125,4 +125,11 @@ func (n *Network) Fetch(ctx context.Context, node replica.Node, req ports.SendRe
 		return &brokenStream{r: r, left: after}, nil
 	}
 	return r, nil
+}
+
+// Source is what a fake peer serves from its store: listings and send
+// streams.
+type Source interface {
+	ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error)
+	Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error)
 }

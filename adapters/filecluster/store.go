@@ -168,6 +168,12 @@ func (s *Store) remove(id volume.ID, version uint64) error {
 	return os.Remove(s.path(id, ".json"))
 }
 
+// Watch is not supported: files tell no one of their changes, and a
+// volume manager on this store reads the state every tick.
+func (s *Store) Watch(context.Context, volume.ID) (<-chan struct{}, error) {
+	return nil, fmt.Errorf("filecluster: watch: %w", ports.ErrUnsupported)
+}
+
 func (s *Store) path(id volume.ID, ext string) string {
 	return filepath.Join(s.dir, string(id)+ext)
 }

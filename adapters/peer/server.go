@@ -27,7 +27,7 @@ import (
 
 // Server serves one node's replication snapshots to its peers.
 type Server struct {
-	store ports.SnapshotStore
+	store Source
 	log   *zap.Logger
 	grpc  *grpc.Server
 
@@ -88,7 +88,7 @@ var serviceDesc = grpc.ServiceDesc{
 // NewServer returns a peer server over store. creds are the server's mutual
 // TLS credentials (ServerTLS); nil means plaintext, which only tests and an
 // explicit --insecure-peer may ask for.
-func NewServer(store ports.SnapshotStore, creds credentials.TransportCredentials, log *zap.Logger) *Server {
+func NewServer(store Source, creds credentials.TransportCredentials, log *zap.Logger) *Server {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -276,4 +276,11 @@ func truncate(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// Source is what the peer server serves from the node's pool: listings
+// and send streams (ports.SnapshotStore keeps them).
+type Source interface {
+	ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error)
+	Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error)
 }

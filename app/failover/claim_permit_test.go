@@ -31,8 +31,7 @@ func TestAClaimAcknowledgesATakerOnlyOnceThePermitBoundsItsVolume(t *testing.T) 
 	takers := NewTakers("a", cluster, zap.NewNop())
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, mocks.NewMockSnapshotStore(ctrl),
-		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 
 	// No permit published by this daemon yet (no renewal answered since
 	// it started): the claim is refused, nothing written (the pod waits:

@@ -174,11 +174,9 @@ func TestOnlyTheSuccessorTakesOverAfterDurationPlusMarginAndCarriesOutTheEffects
 	for _, e := range []*mocks.MockFailoverEffects{effB, effC} {
 		e.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
 	}
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effB, nopEvents{}, zap.NewNop())
-	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effC, nopEvents{}, zap.NewNop())
 	prepB, prepC := make(preparer, 4), make(preparer, 4)
-	b.PrepareWith(prepB)
-	c.PrepareWith(prepC)
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effB, nopEvents{}, zap.NewNop(), WithPreparer(prepB))
+	c := NewSurvivor(Config{Node: "c", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, local(), effC, nopEvents{}, zap.NewNop(), WithPreparer(prepC))
 	step := func(at time.Duration) {
 		clock.set(at)
 		leases.renew("b", at.String())
@@ -284,16 +282,16 @@ func TestTheGuardAsksTheTakersForPromisesWhenARenewalFails(t *testing.T) {
 	vols := NewVolumes()
 	vols.Saw(primaryState("rep", "a", "b"))
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
 	granting := true
 	var asked []replica.Node
-	g.AskPromises(askerFunc(func(node, asker replica.Node) (bool, time.Duration, error) {
-		if asker != "a" {
-			t.Fatalf("asked on behalf of %s", asker)
-		}
-		asked = append(asked, node)
-		return granting, 4500 * time.Millisecond, nil
-	}))
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop(),
+		WithPromises(askerFunc(func(node, asker replica.Node) (bool, time.Duration, error) {
+			if asker != "a" {
+				t.Fatalf("asked on behalf of %s", asker)
+			}
+			asked = append(asked, node)
+			return granting, 4500 * time.Millisecond, nil
+		})))
 	ctx := context.Background()
 	for at := time.Duration(0); at <= 20*time.Second; at += time.Second {
 		clock.set(at)

@@ -22,7 +22,7 @@ import (
 // nor a running promise of every node that could take the volume over.
 // Fencing lives in the daemon: a crashed volume manager does not disable
 // it. Nor does a daemon that is down: the guard publishes its verdicts as
-// the node's write permit (PublishPermits), on which each primary's
+// the node's write permit (WithPermits), on which each primary's
 // volume manager fences on its own (liveness.Watch, replication.Watchdog).
 type Guard struct {
 	cfg     Config
@@ -30,7 +30,7 @@ type Guard struct {
 	lease   ports.NodeLease
 	volumes *Volumes
 	takers  *Takers
-	store   ports.SnapshotStore
+	store   Store
 	mounts  ports.MountTable
 	fencer  ports.Fencer
 	effects ports.FailoverEffects
@@ -74,19 +74,25 @@ type Guard struct {
 // on the fence's empty read-only placeholder, so effects.EvictPods deletes
 // the ones a controller owns on this node, which start again and are
 // published anew.
-func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
+func NewGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store Store, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger, opts ...GuardOption) *Guard {
 	g := newGuard(cfg, clock, lease, volumes, takers, store, mounts, fencer, effects, events, log)
+	for _, o := range opts {
+		o(g)
+	}
 	takers.BeforeClaim(g.beforeClaim)
 	return g
 }
 
-func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store ports.SnapshotStore, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
+// GuardOption adds an optional duty to a guard.
+type GuardOption func(*Guard)
+
+func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store Store, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{},
 		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}, capped: map[volume.ID]ackCap{}}
 }
 
-// PublishPermits makes the guard publish, on this node, until when each
+// WithPermits makes the guard publish, on this node, until when each
 // primary here may write (liveness.Grant: its own verdicts) for the volume
 // managers' watchdogs, which fence on it when this daemon is down
 // (liveness.Watch); and give back the pods of the volumes they fenced
@@ -95,9 +101,11 @@ func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, 
 // acknowledged (Takers) only while the node holds its lease and only once
 // the permit bounds its volume by the lease; and a read/write publish
 // (Takers.Claim) only once this process has published the permit.
-func (g *Guard) PublishPermits(permits ports.PermitPublisher, records ports.FenceRecords, lock ports.WriteLock) {
-	g.permits, g.records, g.lock = permits, records, lock
-	g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
+func WithPermits(permits ports.PermitPublisher, records ports.FenceRecords, lock ports.WriteLock) GuardOption {
+	return func(g *Guard) {
+		g.permits, g.records, g.lock = permits, records, lock
+		g.takers.BeforeAcknowledge(g.boundBeforeAcknowledge)
+	}
 }
 
 // permitBeforeClaim refuses a read/write publish until this process has
@@ -348,9 +356,9 @@ func (g *Guard) takeRecords() {
 	}
 }
 
-// AskPromises lets the guard ask, when a renewal fails, every node that
-// could take a volume here over for its promise not to (nil: never).
-func (g *Guard) AskPromises(a ports.PromiseAsker) { g.asker = a }
+// WithPromises lets the guard ask, when a renewal fails, every node that
+// could take a volume here over for its promise not to (without: never).
+func WithPromises(a ports.PromiseAsker) GuardOption { return func(g *Guard) { g.asker = a } }
 
 // Run renews the lease every Renew and fences when the node may no longer
 // write, until ctx ends. Renewals run apart from the checks, so a renewal

@@ -64,8 +64,7 @@ func TestAVolumeTakenOverUnderAPodHereHasAPassedDeadlineWhileTheGuardFencesIt(t 
 			} else {
 				vols.Saw(st)
 			}
-			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
-			g.PublishPermits(box, box, nil)
+			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, nil, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 			if err := g.RenewOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -116,8 +115,7 @@ func TestAnUnknownCopyTheGuardFencedIsNeverForever(t *testing.T) {
 	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("single")).Return([]string{"ns/app-0"}, nil).Times(1)
 	vols := NewVolumes()
 	box := &permitBox{}
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)
 	if err := g.RenewOnce(ctx); err != nil {
@@ -196,8 +194,7 @@ func TestAWatchdogsRecordIsGivenBackWhoeverThePrimaryIs(t *testing.T) {
 				eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/reader-0"}, nil).Times(1),
 			)
 			g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
-				mounts, fencer, eff, nopEvents{}, zap.NewNop())
-			g.PublishPermits(box, box, nil)
+				mounts, fencer, eff, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 			if err := g.RenewOnce(ctx); err != nil {
 				t.Fatal(err)
 			}

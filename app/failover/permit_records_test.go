@@ -50,10 +50,9 @@ func newRecordWorld(t *testing.T, st replica.State) *recordWorld {
 	w.eff = mocks.NewMockFailoverEffects(ctrl)
 	w.vols.Saw(st)
 	w.takers = NewTakers("a", w.cluster, zap.NewNop())
-	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, w.takers, store,
-		mounts, w.fencer, w.eff, nopEvents{}, zap.NewNop())
 	w.lock = mocks.NewMockWriteLock(ctrl)
-	w.g.PublishPermits(w.box, w.box, w.lock)
+	w.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, w.clock.read, w.lease, w.vols, w.takers, store,
+		mounts, w.fencer, w.eff, nopEvents{}, zap.NewNop(), WithPermits(w.box, w.box, w.lock))
 	return w
 }
 

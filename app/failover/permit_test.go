@@ -106,8 +106,7 @@ func TestTheGuardPublishesItsVerdictsAsTheNodesPermit(t *testing.T) {
 	vols.Saw(primaryState("elsewhere", "b", "a"))
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store,
-		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 	ctx := context.Background()
 
 	g.Check(ctx)
@@ -163,8 +162,7 @@ func TestATakerIsAcknowledgedOnlyOnceThePermitBoundsItsVolume(t *testing.T) {
 	takers := NewTakers("a", cluster, zap.NewNop())
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, mocks.NewMockSnapshotStore(ctrl),
-		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 
 	// No lease yet (this daemon has not renewed): refused.
 	if err := takers.Acknowledge(ctx, "single"); err == nil {
@@ -242,8 +240,7 @@ func TestTheGuardGivesBackThePodsOfAVolumeItsWatchdogFenced(t *testing.T) {
 	box := &permitBox{}
 	mounts, fencer := mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl)
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store,
-		mounts, fencer, eff, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+		mounts, fencer, eff, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 	// The daemon was down: the watchdog fenced rep and recorded it. The
 	// new daemon cannot renew yet: nothing is given back.
 	_ = box.Record("rep", "the deadline passed")
@@ -301,8 +298,7 @@ func TestANewTakersAcknowledgementHoldsThePermitAtTheLeasesEndDespiteOlderPromis
 	takers := NewTakers("a", cluster, zap.NewNop())
 	box := &permitBox{}
 	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, mocks.NewMockSnapshotStore(ctrl),
-		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop())
-	g.PublishPermits(box, box, nil)
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(), WithPermits(box, box, nil))
 	lease.EXPECT().Renew(gomock.Any()).Return(nil)
 	if err := g.RenewOnce(ctx); err != nil { // held until 4.5 s
 		t.Fatal(err)

@@ -32,7 +32,7 @@ type Survivor struct {
 	leases  ports.NodeLeases
 	cluster ports.ClusterState
 	view    *Volumes
-	store   ports.SnapshotStore
+	store   Store
 	effects ports.FailoverEffects
 	events  ports.EventRecorder
 	log     *zap.Logger
@@ -57,9 +57,12 @@ type Preparer interface {
 	PrepareWriter(ctx context.Context, id volume.ID) error
 }
 
-// PrepareWith has every takeover made here followed, at once and beside
+// SurvivorOption adds an optional duty to a survivor.
+type SurvivorOption func(*Survivor)
+
+// WithPreparer has every takeover made here followed, at once and beside
 // the lost node's effects, by p's preparation of the copy.
-func (s *Survivor) PrepareWith(p Preparer) { s.prepare = p }
+func WithPreparer(p Preparer) SurvivorOption { return func(s *Survivor) { s.prepare = p } }
 
 // NewSurvivor returns the survivor of cfg.Node.
 //
@@ -67,13 +70,17 @@ func (s *Survivor) PrepareWith(p Preparer) { s.prepare = p }
 // resume counters are read from it before each read of the leases, so
 // that a takeover decided on a lease verdict is refused when the lost
 // primary resumed since (liveness.ResumedSince).
-func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, view *Volumes, store ports.SnapshotStore, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Survivor {
+func NewSurvivor(cfg Config, clock Clock, leases ports.NodeLeases, cluster ports.ClusterState, view *Volumes, store Store, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger, opts ...SurvivorOption) *Survivor {
 	if view == nil {
 		view = NewVolumes()
 	}
-	return &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, view: view, store: store, effects: effects, events: events, log: log,
+	s := &Survivor{cfg: cfg, clock: clock, leases: leases, cluster: cluster, view: view, store: store, effects: effects, events: events, log: log,
 		obs: liveness.NewObserver(cfg.Lease, cfg.Node), peers: map[replica.Node]string{}, pending: map[liveness.Owed]liveness.Aftermath{}, handled: map[liveness.Owed]bool{}, lost: map[replica.Node]bool{}, nodeFenced: map[replica.Node]bool{},
 		taint: liveness.NewTaintWatch(cfg.Taint.WithDefaults(cfg.Lease), cfg.Node)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Run reads the leases every Renew and acts on what it finds until ctx

@@ -58,16 +58,16 @@ func TestTheGuardFencesAPrimaryItsViewNeverShowedOnceItAcknowledgedATaker(t *tes
 	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
 	mounts := mocks.NewMockMountTable(ctrl)
 	fencer := mocks.NewMockFencer(ctrl)
-	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, nil, nopEvents{}, zap.NewNop())
+	var asked []replica.Node
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, takers, store, mounts, fencer, nil, nopEvents{}, zap.NewNop(),
+		WithPromises(askerFunc(func(node, _ replica.Node) (bool, time.Duration, error) {
+			asked = append(asked, node)
+			return false, 0, errors.New("unreachable")
+		})))
 	if err := g.RenewOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lease.EXPECT().Renew(gomock.Any()).Return(errors.New("apiserver away")).AnyTimes()
-	var asked []replica.Node
-	g.AskPromises(askerFunc(func(node, _ replica.Node) (bool, time.Duration, error) {
-		asked = append(asked, node)
-		return false, 0, errors.New("unreachable")
-	}))
 	clock.set(2 * time.Second)
 	_ = g.RenewOnce(ctx)
 	g.AskPromisesOnce(ctx)

@@ -20,7 +20,7 @@ import (
 // workload has one sizer, its primary's daemon, so no leader is needed.
 type Adopter struct {
 	node     replica.Node
-	store    ports.SnapshotStore
+	store    Store
 	cluster  ports.ClusterState
 	workload ports.ReplicaWorkload
 	leave    LeaveFunc
@@ -34,7 +34,7 @@ type Adopter struct {
 type LeaveFunc func(ctx context.Context, id volume.ID) error
 
 // NewAdopter returns the adopter of node.
-func NewAdopter(node replica.Node, store ports.SnapshotStore, cluster ports.ClusterState, w ports.ReplicaWorkload, leave LeaveFunc, log *zap.Logger) *Adopter {
+func NewAdopter(node replica.Node, store Store, cluster ports.ClusterState, w ports.ReplicaWorkload, leave LeaveFunc, log *zap.Logger) *Adopter {
 	return &Adopter{node: node, store: store, cluster: cluster, workload: w, leave: leave, log: log}
 }
 

@@ -28,7 +28,7 @@ import (
 // active primary), per placement.Usable.
 type Labeler struct {
 	node    replica.Node
-	store   ports.SnapshotStore
+	store   Store
 	cluster ports.ClusterState
 	placer  ports.NodePlacement
 	log     *zap.Logger
@@ -39,7 +39,7 @@ type Labeler struct {
 }
 
 // NewLabeler returns the labeler of node.
-func NewLabeler(node replica.Node, store ports.SnapshotStore, cluster ports.ClusterState, placer ports.NodePlacement, log *zap.Logger) *Labeler {
+func NewLabeler(node replica.Node, store Store, cluster ports.ClusterState, placer ports.NodePlacement, log *zap.Logger) *Labeler {
 	return &Labeler{node: node, store: store, cluster: cluster, placer: placer, log: log}
 }
 

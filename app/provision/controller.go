@@ -43,25 +43,32 @@ const (
 // stage moves placement to per-volume replica pods.
 type Service struct {
 	cfg    Config
-	store  ports.SnapshotStore
+	store  Store
 	mounts ports.MountTable
 	locks  *volumelock.Locks
 	log    *zap.Logger
 	// repl, when set, replicates volumes whose replication factor is 2 or
-	// more (EnableReplication).
+	// more (WithReplication).
 	repl Replication
 }
 
 // New returns the controller use cases over store. mounts is the
 // mount table of the node the store is on: in this stage it tells whether
 // a volume is published (DeleteVolume refuses a volume in use).
-func New(cfg Config, store ports.SnapshotStore, mounts ports.MountTable, log *zap.Logger) *Service {
+func New(cfg Config, store Store, mounts ports.MountTable, log *zap.Logger, opts ...Option) *Service {
 	locks := cfg.Locks
 	if locks == nil {
 		locks = volumelock.New()
 	}
-	return &Service{cfg: cfg, store: store, mounts: mounts, locks: locks, log: log}
+	c := &Service{cfg: cfg, store: store, mounts: mounts, locks: locks, log: log}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
+
+// Option adds an optional capability to the controller use cases.
+type Option func(*Service)
 
 // Replication is what the controller replicates volumes with.
 type Replication struct {
@@ -80,12 +87,12 @@ type Replication struct {
 	Events ports.EventRecorder
 }
 
-// EnableReplication makes CreateVolume replicate volumes whose replication
+// WithReplication makes CreateVolume replicate volumes whose replication
 // factor is 2 or more with r: their shared state names this node the
 // primary of epoch 1, this node's volume manager starts, and the workload
 // runs the secondaries. Volumes of factor 1 stay plain node-local
 // datasets.
-func (c *Service) EnableReplication(r Replication) { c.repl = r }
+func WithReplication(r Replication) Option { return func(c *Service) { c.repl = r } }
 
 // CreateVolumeRequest is a CreateVolume call as the CSI adapter received
 // it, checked once by volume.ParseCreate.

@@ -42,9 +42,8 @@ func (h *heard) all() []ports.Event {
 func TestReplicatingAVolumeRaisesAnEventAndAWarningForAFailedStep(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	w := mocks.NewMockReplicaWorkload(ctrl)
-	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	h := &heard{}
-	c.EnableReplication(provision.Replication{Cluster: fakecluster.New(), Workload: w, Events: h})
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: fakecluster.New(), Workload: w, Events: h}))
 	req := provision.CreateVolumeRequest{Name: "pvc-e", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "3"}}
 
@@ -76,9 +75,8 @@ func TestAFailedSharedStateIsAWarning(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	states := mocks.NewMockClusterState(ctrl)
 	states.EXPECT().Create(gomock.Any(), gomock.Any()).Return(replica.State{}, ports.ErrUnavailable)
-	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
 	h := &heard{}
-	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl), Events: h})
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl), Events: h}))
 	if _, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-f", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2"}}); !errors.Is(err, ports.ErrUnavailable) {
 		t.Fatalf("CreateVolume: %v, want ErrUnavailable", err)

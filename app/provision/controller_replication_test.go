@@ -28,8 +28,7 @@ func TestAReplicatedVolumeStartsWithThisNodeAsActivePrimaryAndItsSecondariesWork
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	states := fakecluster.New()
 	w := mocks.NewMockReplicaWorkload(ctrl)
-	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
-	c.EnableReplication(provision.Replication{Cluster: states, Workload: w})
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Workload: w}))
 	req := provision.CreateVolumeRequest{Name: "pvc-r", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "3", "snapshotInterval": "10s"}}
 
@@ -80,8 +79,7 @@ func TestDeletingAReplicatedVolumeFromANodeWithoutACopyMarksItsState(t *testing.
 		t.Fatal(err)
 	}
 	ctrl := gomock.NewController(t)
-	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
-	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl)})
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl)}))
 	if err := c.DeleteVolume(ctx, "pvc-x"); err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +92,7 @@ func TestAVolumeOfFactorOneIsNotReplicated(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	states := fakecluster.New()
-	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
-	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl)}) // any call fails the test
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(ctrl)})) // any call fails the test
 	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-1", Capabilities: rw, Parameters: map[string]string{"defaultReplicationFactor": "1"}})
 	if err != nil || v.Usable != nil {
 		t.Fatalf("CreateVolume = %+v, %v", v, err)

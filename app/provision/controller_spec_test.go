@@ -42,8 +42,7 @@ func TestAReplicatedVolumesStateRecordsItsSizeIntervalVolumeAndClaim(t *testing.
 	w.EXPECT().StartReplica(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	w.EXPECT().Apply(gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).Return(nil).AnyTimes()
 	w.EXPECT().Segment(gomock.Any()).Return("replica.ferry.zfs.csi.io/x", "ready").AnyTimes()
-	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop())
-	c.EnableReplication(provision.Replication{Cluster: states, Specs: states, Workload: w})
+	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Specs: states, Workload: w}))
 
 	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-s", Capacity: volume.CapacityRange{RequiredBytes: 3 * volume.MiB}, Capabilities: rw,
 		Parameters: map[string]string{"defaultReplicationFactor": "2", "snapshotInterval": "45s",

@@ -29,8 +29,7 @@ func TestDeleteVolumeOfAStateWithoutReplicasLeavesTheLocalCopy(t *testing.T) {
 	if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB}); err != nil {
 		t.Fatal(err)
 	}
-	c := provision.New(cfg, store, noMounts{}, zap.NewNop())
-	c.EnableReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(gomock.NewController(t))})
+	c := provision.New(cfg, store, noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Workload: mocks.NewMockReplicaWorkload(gomock.NewController(t))}))
 	if err := c.DeleteVolume(ctx, string(id)); err != nil {
 		t.Fatal(err)
 	}

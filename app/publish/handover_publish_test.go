@@ -28,8 +28,7 @@ func newReplNodeWith(t *testing.T, st replica.State) (replNode, *fakecluster.Sto
 	if _, err := states.Create(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop())
-	r.n.EnableReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop(), publish.WithReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second}))
 	return r, states
 }
 

@@ -32,11 +32,11 @@ type Config struct {
 // appear in a pod's directory and reporting on it.
 type Service struct {
 	cfg   Config
-	store ports.SnapshotStore
+	store Store
 	mount ports.Mounter
 	locks *volumelock.Locks
 	log   *zap.Logger
-	// repl, when set, hands replicated volumes over (EnableReplication).
+	// repl, when set, hands replicated volumes over (WithReplication).
 	repl *Replication
 	// preparing holds, per volume, the end of a PrepareWriter under way:
 	// calls on that volume wait for it instead of being refused.
@@ -44,7 +44,7 @@ type Service struct {
 }
 
 // New returns the node use cases.
-func New(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Logger) *Service {
+func New(cfg Config, store Store, mount ports.Mounter, log *zap.Logger, opts ...Option) *Service {
 	if cfg.KubeletDir == "" {
 		cfg.KubeletDir = volume.DefaultKubeletDir
 	}
@@ -52,8 +52,15 @@ func New(cfg Config, store ports.SnapshotStore, mount ports.Mounter, log *zap.Lo
 	if locks == nil {
 		locks = volumelock.New()
 	}
-	return &Service{cfg: cfg, store: store, mount: mount, locks: locks, log: log}
+	n := &Service{cfg: cfg, store: store, mount: mount, locks: locks, log: log}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
 }
+
+// Option adds an optional capability to the node use cases.
+type Option func(*Service)
 
 // NodeID is the node's CSI node_id.
 func (n *Service) NodeID() replica.Node { return n.cfg.Node }

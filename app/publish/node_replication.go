@@ -52,14 +52,14 @@ type TakerAcknowledger interface {
 // DefaultHandoverWait is Replication.Wait's default.
 const DefaultHandoverWait = 30 * time.Second
 
-// EnableReplication makes Publish and Unpublish hand replicated volumes
+// WithReplication makes Publish and Unpublish hand replicated volumes
 // over: a read/write publish makes this node's replica the single active
 // primary first, an unpublish ends its term with a final snapshot.
-func (n *Service) EnableReplication(r Replication) {
+func WithReplication(r Replication) Option {
 	if r.Wait <= 0 {
 		r.Wait = DefaultHandoverWait
 	}
-	n.repl = &r
+	return func(n *Service) { n.repl = &r }
 }
 
 // replicated reads the volume's shared state; false when the volume is

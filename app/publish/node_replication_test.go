@@ -40,8 +40,7 @@ func newReplNode(t *testing.T) replNode {
 		{Node: cfg.Node, Snapshot: 3, SnapshotEpoch: 1, Ready: true}, {Node: "node-2", Snapshot: 3, SnapshotEpoch: 1, Ready: true, Active: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop())
-	r.n.EnableReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second})
+	r.n = publish.New(cfg, r.store, r.mnt, zap.NewNop(), publish.WithReplication(publish.Replication{Cluster: states, Control: r.control, Workload: r.work, Events: r.events, Wait: time.Second}))
 	r.states = states
 	return r
 }

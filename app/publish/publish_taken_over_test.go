@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferry-csi/ferry/app/publish"
+	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -44,7 +45,7 @@ func (a takeoverAfterAck) Claim(ctx context.Context, id volume.ID) error {
 // must not mount read/write (ErrNotPrimary, as when Acquire fails).
 func TestAPublishRacedByATakeoverDoesNotMountReadWrite(t *testing.T) {
 	w := newRemountWorld(t)
-	w.n.EnableReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, Takers: takeoverAfterAck{w}})
+	w.n = publish.New(cfg, w.host, w.host, zap.NewNop(), publish.WithReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, Takers: takeoverAfterAck{w}}))
 	err := w.publish("pod-a", false)
 	st, _ := w.states.Get(ctx, "v")
 	if _, mounted := w.host.targets[target("pod-a")]; err == nil || mounted {

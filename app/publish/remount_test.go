@@ -195,8 +195,7 @@ func newRemountWorld(t *testing.T) *remountWorld {
 
 // restart is a new daemon process: nothing of the last one's memory.
 func (w *remountWorld) restart() {
-	w.n = publish.New(cfg, w.host, w.host, zap.NewNop())
-	w.n.EnableReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, WriteLock: w.host})
+	w.n = publish.New(cfg, w.host, w.host, zap.NewNop(), publish.WithReplication(publish.Replication{Cluster: w.states, Control: w.control, Workload: w.work, Events: w.events, Wait: time.Second, WriteLock: w.host}))
 }
 
 func target(pod string) string { return path.Join("/var/lib/kubelet/pods", pod, "mount") }

@@ -51,8 +51,8 @@ type Config struct {
 // rollbacks, snapshots, retention and the safe-deletion protocol.
 type Replicator struct {
 	cfg       Config
-	store     ports.SnapshotStore
-	cluster   ports.ClusterState
+	store     Store
+	cluster   SharedState
 	transport ports.Transport
 	events    ports.EventRecorder
 	log       *zap.Logger
@@ -147,7 +147,7 @@ type Status struct {
 
 // New returns the volume manager of cfg.Volume's replica on
 // cfg.Node.
-func New(cfg Config, store ports.SnapshotStore, cluster ports.ClusterState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
+func New(cfg Config, store Store, cluster SharedState, transport ports.Transport, events ports.EventRecorder, log *zap.Logger) *Replicator {
 	if cfg.Clock == nil {
 		cfg.Clock = SystemClock{}
 	}
@@ -295,11 +295,10 @@ const DefaultResync = 5 * time.Minute
 // watch starts the shared state's watch of this volume, or returns nil
 // (poll every tick) when the store cannot watch or the watch fails.
 func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
-	w, ok := r.cluster.(ports.StateWatcher)
-	if !ok || r.cfg.Poll {
+	if r.cfg.Poll {
 		return nil
 	}
-	ch, err := w.Watch(ctx, r.cfg.Volume)
+	ch, err := r.cluster.Watch(ctx, r.cfg.Volume)
 	if err != nil {
 		r.log.Warn("cannot watch the volume's state; reading it every tick", zap.Error(err))
 		return nil

@@ -594,10 +594,18 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string, except ...s
 // daemon, for a copy found without a pod: orchestration.Adopter): nil
 // once the copy is destroyed and its entry removed, replica.ErrUnsafe
 // (wrapped) when the rule keeps the copy. It transfers nothing.
-func LeaveHere(ctx context.Context, node replica.Node, id volume.ID, store ports.SnapshotStore, cluster ports.ClusterState, events ports.EventRecorder, log *zap.Logger) error {
+func LeaveHere(ctx context.Context, node replica.Node, id volume.ID, store Store, cluster ports.ClusterState, events ports.EventRecorder, log *zap.Logger) error {
 	r := New(Config{Node: node, Volume: id, Tick: time.Second, SnapshotInterval: time.Second, Keep: 1},
-		store, cluster, noTransport{}, events, log)
+		store, unwatched{cluster}, noTransport{}, events, log)
 	return r.Terminate(ctx, false)
+}
+
+// unwatched is a shared state read without a watch: a leaving replica
+// only reads and writes it.
+type unwatched struct{ ports.ClusterState }
+
+func (unwatched) Watch(context.Context, volume.ID) (<-chan struct{}, error) {
+	return nil, fmt.Errorf("a leaving replica watches nothing: %w", ports.ErrUnsupported)
 }
 
 // noTransport reaches no peer: a leaving replica fetches nothing.

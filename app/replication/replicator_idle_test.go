@@ -43,7 +43,7 @@ func (c *countingStore) ListSnapshots(ctx context.Context, id volume.ID) ([]port
 // and store (snapshots only when asked) until stopped or the test ends.
 func (c *cluster) runIdle(n replica.Node, state ports.ClusterState, store ports.SnapshotStore) *replication.Replicator {
 	c.reps[n] = replication.New(replication.Config{Node: n, Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
-		store, state, c.net, c.events, zap.NewNop())
+		store, shared(state), c.net, c.events, zap.NewNop())
 	c.resume(n)
 	return c.reps[n]
 }

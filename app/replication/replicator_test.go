@@ -148,7 +148,24 @@ func (c *cluster) create(n replica.Node, opt func(*replication.Config)) {
 	if o, ok := c.storeOverride[n]; ok {
 		store = o
 	}
-	c.reps[n] = replication.New(cfg, store, state, c.net, c.events, log)
+	c.reps[n] = replication.New(cfg, store, shared(state), c.net, c.events, log)
+}
+
+// shared is state as a volume manager's shared state: watched when it
+// can be (the fake and the wrappers that keep its Watch), else read
+// every tick (the wrappers that hide it).
+func shared(state ports.ClusterState) replication.SharedState {
+	if s, ok := state.(replication.SharedState); ok {
+		return s
+	}
+	return polled{state}
+}
+
+// polled is a shared state that cannot watch.
+type polled struct{ ports.ClusterState }
+
+func (polled) Watch(context.Context, volume.ID) (<-chan struct{}, error) {
+	return nil, ports.ErrUnsupported
 }
 
 // resume runs n's volume manager (again, where it stopped) until stopped.

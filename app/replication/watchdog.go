@@ -48,7 +48,7 @@ type Watchdog struct {
 	permit    ports.PermitReader
 	records   ports.FenceRecords
 	secondary func() bool
-	store     ports.SnapshotStore
+	store     Store
 	mounts    ports.MountTable
 	lock      ports.WriteLock
 	stopper   ports.HolderStopper
@@ -66,7 +66,7 @@ type Watchdog struct {
 // NewWatchdog returns the watchdog of cfg.Volume's replica on cfg.Node;
 // secondary says whether the replica is known to be no active primary
 // (Replicator.Secondary).
-func NewWatchdog(cfg WatchdogConfig, permit ports.PermitReader, records ports.FenceRecords, secondary func() bool, store ports.SnapshotStore, mounts ports.MountTable, lock ports.WriteLock, stopper ports.HolderStopper, events ports.EventRecorder, log *zap.Logger) *Watchdog {
+func NewWatchdog(cfg WatchdogConfig, permit ports.PermitReader, records ports.FenceRecords, secondary func() bool, store Store, mounts ports.MountTable, lock ports.WriteLock, stopper ports.HolderStopper, events ports.EventRecorder, log *zap.Logger) *Watchdog {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultWatchdogPoll
 	}

@@ -64,13 +64,11 @@ func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotS
 		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
 		pub.Duration = o.LeaseDuration
 		effects := lostnode.New(kube, o.DriverName, api.replicas)
-		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"))
-		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
-			effects, events, log.Named("survivor"))
 		// A copy taken over here is remounted at once, while the lost
 		// node's pods are rescheduled, not when the new pod's publish
 		// comes.
-		survivor.PrepareWith(prep)
+		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
+			effects, events, log.Named("survivor"), failover.WithPreparer(prep))
 		relay.set(survivor.Promise)
 		// Promises are asked for at the peer addresses the leases last
 		// published: they matter when the API server cannot be read.
@@ -78,14 +76,15 @@ func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotS
 		if err != nil {
 			return err
 		}
-		guard.AskPromises(asker)
+		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
+		opts := []failover.GuardOption{failover.WithPromises(asker)}
 		// The guard's verdicts, for the volume managers' watchdogs: they
 		// fence their primaries on them when this daemon is down.
 		if o.ReplicaControl != "" {
 			permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
-			guard.PublishPermits(permits, permits, lock)
+			opts = append(opts, failover.WithPermits(permits, permits, lock))
 		}
-		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
+		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"), opts...)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 4)
@@ -146,14 +145,14 @@ func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotS
 	return nil
 }
 
-// enableReplication lets the node's controller service replicate volumes
-// of factor 2 or more (--replica-template): ReplicatedVolumes, replica
-// pods from the template, ReplicaSets and budgets.
-func enableReplication(api *kubeAPI, ctrl *provision.Service, events ports.EventRecorder) {
+// controllerReplication lets the node's controller service replicate
+// volumes of factor 2 or more (--replica-template): ReplicatedVolumes,
+// replica pods from the template, ReplicaSets and budgets.
+func controllerReplication(api *kubeAPI, events ports.EventRecorder) []provision.Option {
 	if api == nil || api.workload == nil {
-		return
+		return nil
 	}
-	ctrl.EnableReplication(provision.Replication{Cluster: api.states, Specs: api.states, Workload: api.workload, Events: events})
+	return []provision.Option{provision.WithReplication(provision.Replication{Cluster: api.states, Specs: api.states, Workload: api.workload, Events: events})}
 }
 
 // eventRecorder is where a component's events go: with --cluster-state
@@ -217,9 +216,9 @@ func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, mode string) 
 // (--replica-template with --cluster-state kubernetes): publish and
 // unpublish reach this node's volume managers through their control
 // sockets in --replica-control-dir.
-func nodeReplication(o *Options, api *kubeAPI, n *publish.Service, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) {
+func nodeReplication(o *Options, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) []publish.Option {
 	if api == nil || api.workload == nil || o.ReplicaControl == "" {
-		return
+		return nil
 	}
 	r := publish.Replication{
 		Cluster:   api.states,
@@ -232,7 +231,7 @@ func nodeReplication(o *Options, api *kubeAPI, n *publish.Service, lock ports.Wr
 	if takers != nil {
 		r.Takers = takers
 	}
-	n.EnableReplication(r)
+	return []publish.Option{publish.WithReplication(r)}
 }
 
 // daemonTakers are the node's acknowledged takers (failover.Takers) when

@@ -145,7 +145,10 @@ func daemonApp(o *Options) fx.Option {
 				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
 				return mount.Linux{}
 			},
-			publish.New,
+			// Publish and unpublish hand replicated volumes over.
+			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
+				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
+			},
 			func() ports.MountTable { return mount.Table{} },
 			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, "daemon") },
 			// Events of the node's controller service and of copies left
@@ -160,8 +163,7 @@ func daemonApp(o *Options) fx.Option {
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					ctrl := provision.New(cfg, s, mt, log)
-					enableReplication(api, ctrl, events)
+					ctrl := provision.New(cfg, s, mt, log, controllerReplication(api, events)...)
 					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
 				}
 				return svc, nil
@@ -188,10 +190,6 @@ func daemonApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, api *kubeAPI, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
 				return daemonKube(lc, o, api, s, lock, mt, newFencer(), relay, events, takers, uc, log)
 			},
-			// Publish and unpublish hand replicated volumes over.
-			func(uc *publish.Service, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers) {
-				nodeReplication(o, api, uc, lock, events, takers)
-			},
 		),
 	)
 }
@@ -204,7 +202,9 @@ func controllerApp(o *Options) fx.Option {
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
 			func() ports.MountTable { return mount.Table{} },
-			provision.New,
+			func(cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) *provision.Service {
+				return provision.New(cfg, s, mt, log)
+			},
 			func(uc *provision.Service, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o.NodeOptions, s), controller: &csi.Controller{UC: uc}}
 			},
@@ -220,7 +220,7 @@ func volumeManagerApp(o *Options) fx.Option {
 		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
 			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", 0, "volume-manager") },
-			func(api *kubeAPI) (ports.ClusterState, error) { return clusterState(o.KubeOptions, api) },
+			func(api *kubeAPI) (replication.SharedState, error) { return clusterState(o.KubeOptions, api) },
 			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) {
 				return peerClient(lc, o.PeerOptions, o.Namespace, api)
 			},
@@ -229,7 +229,7 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, api, log, false)
 			},
-			func(s ports.SnapshotStore, c ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
+			func(s ports.SnapshotStore, c replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 				return replicator(o.ReplicaOptions, replica.Node(o.NodeID), o.AllowedLag, s, c, t, events, log)
 			},
 		),

@@ -95,7 +95,7 @@ func peerClient(lc fx.Lifecycle, o PeerOptions, namespace string, api *kubeAPI) 
 	return c, nil
 }
 
-func clusterState(o KubeOptions, api *kubeAPI) (ports.ClusterState, error) {
+func clusterState(o KubeOptions, api *kubeAPI) (replication.SharedState, error) {
 	if api != nil {
 		return api.states, nil
 	}
@@ -127,7 +127,7 @@ func kubeConfig(path, component string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.SnapshotStore, cluster ports.ClusterState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
+func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.SnapshotStore, cluster replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 	id, err := volume.ParseID("--volume", o.Volume)
 	if err != nil {
 		return nil, err
