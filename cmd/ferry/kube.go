@@ -1,149 +1,22 @@
 package main
 
 import (
-	"context"
-
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/eventlog"
-	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	kubeevents "github.com/ferry-csi/ferry/adapters/kube/events"
-	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
-	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
-	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
-	"github.com/ferry-csi/ferry/adapters/nodefence"
-	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app/failover"
-	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/publish"
-	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
-	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
-
-// daemonKube runs the daemon's Kubernetes duties when --cluster-state is
-// kubernetes: the node's Lease with its peer address (--peer-advertise);
-// every --placement-period, a volume manager for each listed local copy
-// and the size of the workloads of volumes whose primary is here (with
-// --replica-template), then the node's placement labels.
-func daemonKube(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer, relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, prep failover.Preparer, log *zap.Logger) error {
-	if api == nil {
-		return nil
-	}
-	kube, states := api.kube, api.states
-	node := replica.Node(o.NodeID)
-	labeler := orchestration.NewLabeler(node, store, states, nodelabels.New(kube), log.Named("placement"))
-	var adopter *orchestration.Adopter
-	if api.workload != nil {
-		leave := func(ctx context.Context, id volume.ID) error {
-			return replication.LeaveHere(ctx, node, id, store, states, events, log.Named("adopt"))
-		}
-		adopter = orchestration.NewAdopter(node, store, states, api.workload, leave, log.Named("adopt"))
-	}
-	// Node loss: the Guard renews the node's Lease (liveness and peer
-	// address) and fences the primaries here when it cannot; the Survivor
-	// takes lost nodes' volumes over.
-	fcfg := failover.Config{Node: node, Lease: o.leaseConfig(), Lag: o.AllowedLag}
-	if o.FenceNodeCommand != "" {
-		fcfg.FenceNode = nodefence.Command{Path: o.FenceNodeCommand}
-	}
-	clock := failover.MonotonicClock()
-	vols := failover.NewVolumes()
-	var guard *failover.Guard
-	var survivor *failover.Survivor
-	if takers != nil {
-		pub := peerdir.NewPublisher(kube, o.Namespace, node, o.PeerAdvertise)
-		pub.Duration = o.LeaseDuration
-		effects := lostnode.New(kube, o.DriverName, api.replicas)
-		// A copy taken over here is remounted at once, while the lost
-		// node's pods are rescheduled, not when the new pod's publish
-		// comes.
-		survivor = failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(kube, o.Namespace), states, vols, store,
-			effects, events, log.Named("survivor"), failover.WithPreparer(prep))
-		relay.set(survivor.Promise)
-		// Promises are asked for at the peer addresses the leases last
-		// published: they matter when the API server cannot be read.
-		asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress)
-		if err != nil {
-			return err
-		}
-		lc.Append(fx.Hook{OnStop: func(context.Context) error { return asker.Close() }})
-		opts := []failover.GuardOption{failover.WithPromises(asker)}
-		// The guard's verdicts, for the volume managers' watchdogs: they
-		// fence their primaries on them when this daemon is down.
-		if o.ReplicaControl != "" {
-			permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
-			opts = append(opts, failover.WithPermits(permits, permits, lock))
-		}
-		guard = failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"), opts...)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 4)
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			if guard != nil {
-				go func() {
-					defer func() { done <- struct{}{} }()
-					guard.Run(ctx)
-				}()
-				go func() {
-					defer func() { done <- struct{}{} }()
-					survivor.Run(ctx)
-				}()
-				log.Info("renewing the node's lease with its peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)),
-					zap.Duration("renew", o.LeaseRenew), zap.Duration("duration", o.LeaseDuration), zap.Duration("margin", o.LeaseMargin))
-			} else {
-				done <- struct{}{}
-				done <- struct{}{}
-			}
-			go func() {
-				// Immediate claims: every daemon selects the same node for
-				// each (orchestration.Binder), no leader.
-				defer func() { done <- struct{}{} }()
-				cl, err := claims.Start(ctx, kube, o.DriverName, csi.TopologyKey)
-				if err != nil {
-					if ctx.Err() == nil {
-						log.Error("Immediate claims will not be placed", zap.Error(err))
-					}
-					return
-				}
-				orchestration.NewBinder(cl, log.Named("bind")).Run(ctx, o.PlacementPeriod)
-			}()
-			go func() {
-				defer func() { done <- struct{}{} }()
-				// The feed keeps the Guard's view (every change, none
-				// dropped; a slow reader gets each volume's newest),
-				// updated before the placement's own work.
-				forget := func(c ports.StateChange) {
-					if c.Gone && takers != nil {
-						takers.Forget(c.Volume) // deleted: no term of it here
-					}
-				}
-				p := &orchestration.Placement{Labeler: labeler, Adopter: adopter, Feed: states,
-					Listeners: []func(ports.StateChange){vols.Apply, forget}, Period: o.PlacementPeriod, Log: log.Named("placement")}
-				p.Run(ctx)
-			}()
-			return nil
-		},
-		OnStop: func(context.Context) error {
-			cancel()
-			for range cap(done) {
-				<-done
-			}
-			return nil
-		},
-	})
-	return nil
-}
 
 // controllerReplication lets the node's controller service replicate
 // volumes of factor 2 or more (--replica-template): ReplicatedVolumes,

@@ -18,7 +18,6 @@ import (
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/registration"
 	"github.com/ferry-csi/ferry/adapters/zfs"
-	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
@@ -133,65 +132,6 @@ type csiServices struct {
 func identity(o NodeOptions, store ports.SnapshotStore) *csi.Identity {
 	return &csi.Identity{Name: o.DriverName, Version: version,
 		Ready: func(ctx context.Context) error { _, err := store.Capacity(ctx); return err }}
-}
-
-func daemonApp(o *Options) fx.Option {
-	relay := &promiseRelay{}
-	return fx.Options(
-		base(o, "daemon"),
-		storeModule(o.StoreOptions, o.DriverName),
-		fx.Provide(
-			func(lc fx.Lifecycle) ports.Mounter {
-				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
-				return mount.Linux{}
-			},
-			// Publish and unpublish hand replicated volumes over.
-			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
-				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
-			},
-			func() ports.MountTable { return mount.Table{} },
-			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, "daemon") },
-			// Events of the node's controller service and of copies left
-			// here: on the ReplicatedVolume and its claim.
-			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
-				return eventRecorder(lc, o, api, log, true)
-			},
-			func(uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
-				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
-				if o.ServeController {
-					// The controller service next to this node's pool, for
-					// sidecars running on every node (--node-deployment):
-					// volumes are created where their pod runs. Expansion is
-					// the node's (NodeExpandVolume).
-					ctrl := provision.New(cfg, s, mt, log, controllerReplication(api, events)...)
-					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
-				}
-				return svc, nil
-			},
-			csiServer,
-			// The copies that may take this node's primaries over, as the
-			// publish and the guard acknowledge them (nil without node-loss
-			// failover).
-			func(api *kubeAPI, log *zap.Logger) *failover.Takers { return daemonTakers(o, api, log) },
-		),
-		fx.Invoke(
-			func(*csi.Server) {},
-			// After the CSI server: the kubelet calls NodeGetInfo at once.
-			func(lc fx.Lifecycle, log *zap.Logger) error {
-				return registerWithKubelet(lc, o.CSIOptions, o.DriverName, log)
-			},
-			// One peer service per node can serve every volume of the pool.
-			// It also answers other nodes' requests for promises, with what
-			// this node's failover Survivor observes (relay).
-			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
-				return peerServer(lc, o.PeerOptions, s, relay, log)
-			},
-			// With Kubernetes: the node's Lease and placement labels.
-			func(lc fx.Lifecycle, api *kubeAPI, s ports.SnapshotStore, lock ports.WriteLock, mt ports.MountTable, events ports.EventRecorder, takers *failover.Takers, uc *publish.Service, log *zap.Logger) error {
-				return daemonKube(lc, o, api, s, lock, mt, newFencer(), relay, events, takers, uc, log)
-			},
-		),
-	)
 }
 
 func controllerApp(o *Options) fx.Option {

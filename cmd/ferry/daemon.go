@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/csi"
+	"github.com/ferry-csi/ferry/adapters/kube/claims"
+	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
+	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
+	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
+	"github.com/ferry-csi/ferry/adapters/mount"
+	"github.com/ferry-csi/ferry/adapters/nodefence"
+	"github.com/ferry-csi/ferry/adapters/permitfile"
+	"github.com/ferry-csi/ferry/app/failover"
+	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/publish"
+	"github.com/ferry-csi/ferry/app/replication"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// The daemon is five modules over the store: Kubernetes (the client set
+// and the events), CSI (the node service, the controller's with
+// --node-deployment, the kubelet's registration), peers (the peer
+// service: streams and promises), failover (the node's lease, guard and
+// survivor) and orchestration (the copies' placement, adoption and the
+// Immediate claims). Each takes its own options group.
+func daemonApp(o *Options) fx.Option {
+	relay := &promiseRelay{}
+	return fx.Options(
+		base(o, "daemon"),
+		storeModule(o.StoreOptions, o.DriverName),
+		daemonKubeModule(o),
+		csiModule(o),
+		fx.Module("peers", fx.Invoke(
+			// One peer service per node can serve every volume of the
+			// pool. It also answers other nodes' requests for promises,
+			// with what this node's failover Survivor observes (relay).
+			func(lc fx.Lifecycle, s ports.SnapshotStore, log *zap.Logger) error {
+				return peerServer(lc, o.PeerOptions, s, relay, log)
+			})),
+		failoverModule(o, relay),
+		orchestrationModule(o),
+	)
+}
+
+// daemonKubeModule: the process's one Kubernetes client set (nil without
+// --cluster-state kubernetes) and where events go (the ReplicatedVolume
+// and its claim).
+func daemonKubeModule(o *Options) fx.Option {
+	return fx.Module("kubernetes", fx.Provide(
+		func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, "daemon") },
+		func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
+			return eventRecorder(lc, o, api, log, true)
+		},
+	))
+}
+
+// csiModule serves the CSI node service (and the controller's, for
+// sidecars on every node) and registers with the kubelet.
+func csiModule(o *Options) fx.Option {
+	return fx.Module("csi",
+		fx.Provide(
+			func(lc fx.Lifecycle) ports.Mounter {
+				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
+				return mount.Linux{}
+			},
+			func() ports.MountTable { return mount.Table{} },
+			// Publish and unpublish hand replicated volumes over.
+			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
+				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
+			},
+			func(uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) csiServices {
+				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
+				if o.ServeController {
+					// The controller service next to this node's pool, for
+					// sidecars running on every node (--node-deployment):
+					// volumes are created where their pod runs. Expansion is
+					// the node's (NodeExpandVolume).
+					ctrl := provision.New(cfg, s, mt, log, controllerReplication(api, events)...)
+					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
+				}
+				return svc
+			},
+			csiServer,
+		),
+		fx.Invoke(
+			func(*csi.Server) {},
+			// After the CSI server: the kubelet calls NodeGetInfo at once.
+			func(lc fx.Lifecycle, log *zap.Logger) error {
+				return registerWithKubelet(lc, o.CSIOptions, o.DriverName, log)
+			},
+		),
+	)
+}
+
+// failoverModule: with --cluster-state kubernetes and --peer-advertise,
+// the Guard renews the node's Lease (liveness and peer address) and
+// fences the primaries here when it cannot; the Survivor takes lost
+// nodes' volumes over. Takers are the copies that may take this node's
+// primaries over, as the publish and the guard acknowledge them (nil
+// without node-loss failover); Volumes is the daemon's view of every
+// volume, kept by the orchestration's feed.
+func failoverModule(o *Options, relay *promiseRelay) fx.Option {
+	return fx.Module("failover",
+		fx.Provide(
+			func(api *kubeAPI, log *zap.Logger) *failover.Takers { return daemonTakers(o, api, log) },
+			failover.NewVolumes,
+		),
+		fx.Invoke(func(lc fx.Lifecycle, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, events ports.EventRecorder,
+			takers *failover.Takers, vols *failover.Volumes, prep *publish.Service, log *zap.Logger) error {
+			if api == nil || takers == nil {
+				return nil
+			}
+			return runFailover(lc, o, api, store, lock, mounts, newFencer(), relay, events, takers, vols, prep, log)
+		}),
+	)
+}
+
+func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer,
+	relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, prep failover.Preparer, log *zap.Logger) error {
+	node := replica.Node(o.NodeID)
+	fcfg := failover.Config{Node: node, Lease: o.leaseConfig(), Lag: o.AllowedLag}
+	if o.FenceNodeCommand != "" {
+		fcfg.FenceNode = nodefence.Command{Path: o.FenceNodeCommand}
+	}
+	clock := failover.MonotonicClock()
+	pub := peerdir.NewPublisher(api.kube, o.Namespace, node, o.PeerAdvertise)
+	pub.Duration = o.LeaseDuration
+	effects := lostnode.New(api.kube, o.DriverName, api.replicas)
+	// A copy taken over here is remounted at once, while the lost node's
+	// pods are rescheduled, not when the new pod's publish comes.
+	survivor := failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(api.kube, o.Namespace), api.states, vols, store,
+		effects, events, log.Named("survivor"), failover.WithPreparer(prep))
+	relay.set(survivor.Promise)
+	// Promises are asked for at the peer addresses the leases last
+	// published: they matter when the API server cannot be read.
+	asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress)
+	if err != nil {
+		return err
+	}
+	opts := []failover.GuardOption{failover.WithPromises(asker)}
+	// The guard's verdicts, for the volume managers' watchdogs: they
+	// fence their primaries on them when this daemon is down.
+	if o.ReplicaControl != "" {
+		permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
+		opts = append(opts, failover.WithPermits(permits, permits, lock))
+	}
+	guard := failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"), opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer func() { done <- struct{}{} }(); guard.Run(ctx) }()
+			go func() { defer func() { done <- struct{}{} }(); survivor.Run(ctx) }()
+			log.Info("renewing the node's lease with its peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)),
+				zap.Duration("renew", o.LeaseRenew), zap.Duration("duration", o.LeaseDuration), zap.Duration("margin", o.LeaseMargin))
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			<-done
+			<-done
+			return asker.Close()
+		},
+	})
+	return nil
+}
+
+// orchestrationModule: with --cluster-state kubernetes, every
+// --placement-period a volume manager for each listed local copy and the
+// size of the workloads of volumes whose primary is here (with
+// --replica-template), then the node's placement labels; and the
+// Immediate claims' nodes.
+func orchestrationModule(o *Options) fx.Option {
+	return fx.Module("orchestration", fx.Invoke(
+		func(lc fx.Lifecycle, api *kubeAPI, store ports.SnapshotStore, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, log *zap.Logger) {
+			if api == nil {
+				return
+			}
+			runOrchestration(lc, o, api, store, events, takers, vols, log)
+		}))
+}
+
+func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, log *zap.Logger) {
+	node := replica.Node(o.NodeID)
+	labeler := orchestration.NewLabeler(node, store, api.states, nodelabels.New(api.kube), log.Named("placement"))
+	var adopter *orchestration.Adopter
+	if api.workload != nil {
+		leave := func(ctx context.Context, id volume.ID) error {
+			return replication.LeaveHere(ctx, node, id, store, api.states, events, log.Named("adopt"))
+		}
+		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"))
+	}
+	// The feed keeps the Guard's view (every change, none dropped; a slow
+	// reader gets each volume's newest), updated before the placement's
+	// own work.
+	forget := func(c ports.StateChange) {
+		if c.Gone && takers != nil {
+			takers.Forget(c.Volume) // deleted: no term of it here
+		}
+	}
+	placement := &orchestration.Placement{Labeler: labeler, Adopter: adopter, Feed: api.states,
+		Listeners: []func(ports.StateChange){vols.Apply, forget}, Period: o.PlacementPeriod, Log: log.Named("placement")}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				// Immediate claims: every daemon selects the same node for
+				// each (orchestration.Binder), no leader.
+				defer func() { done <- struct{}{} }()
+				cl, err := claims.Start(ctx, api.kube, o.DriverName, csi.TopologyKey)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Error("Immediate claims will not be placed", zap.Error(err))
+					}
+					return
+				}
+				orchestration.NewBinder(cl, log.Named("bind")).Run(ctx, o.PlacementPeriod)
+			}()
+			go func() { defer func() { done <- struct{}{} }(); placement.Run(ctx) }()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			<-done
+			<-done
+			return nil
+		},
+	})
+}
