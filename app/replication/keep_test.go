@@ -186,7 +186,7 @@ func (c *cluster) left(n replica.Node) bool {
 // snapshot and the writes after it are kept aside.
 func TestASurplusCopyWithAFencedTermsWritesIsKeptAsideBeforeItLeavesOnTermination(t *testing.T) {
 	c := fencedSurplus(t)
-	if err := c.terminator("a", c.stores["a"]).Terminate(ctx, false); err != nil {
+	if err := c.terminator("a", c.stores["a"]).Terminate(ctx); err != nil {
 		t.Fatalf("a's surplus copy did not leave: %v", err)
 	}
 	if !c.left("a") {
@@ -205,7 +205,7 @@ func TestWithoutRoomToKeepTheFencedWritesASurplusCopyIsNotDestroyed(t *testing.T
 	store := &noSpace{SnapshotStore: c.stores["a"]}
 	store.full.Store(true)
 	r := c.terminator("a", store)
-	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+	if err := r.Terminate(ctx); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("Terminate without room for the copy: %v, want ErrUnsafe", err)
 	}
 	st, _ := c.state.Get(ctx, volID)
@@ -216,7 +216,7 @@ func TestWithoutRoomToKeepTheFencedWritesASurplusCopyIsNotDestroyed(t *testing.T
 		t.Fatalf("%d FencedWritesNotKept events, want 1; all: %v", n, c.events.reasons())
 	}
 	store.full.Store(false)
-	if err := r.Terminate(ctx, false); err != nil {
+	if err := r.Terminate(ctx); err != nil {
 		t.Fatalf("a's surplus copy did not leave once space was freed: %v", err)
 	}
 	if !c.left("a") {
@@ -232,7 +232,7 @@ func TestWithoutRoomToKeepTheFencedWritesASurplusCopyIsNotDestroyed(t *testing.T
 // termination: the leave is refused before anything is kept.
 func TestARefusedLeaveKeepsNothingAside(t *testing.T) {
 	c := fencedReturn(t)
-	if err := c.terminator("a", c.stores["a"]).Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+	if err := c.terminator("a", c.stores["a"]).Terminate(ctx); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("a left with only b holding the new epoch (rf 2): %v", err)
 	}
 	if r := c.events.reasons(); slices.Contains(r, "FencedWritesKept") || slices.Contains(r, "FencedWritesNotKept") || !c.holds("a", "v3-never-snapshotted") {
@@ -286,7 +286,7 @@ func TestASurplusCopyAtTheNewPrimarysSnapshotKeepsNothingWhereThePoolTellsItIsUn
 			if c.canTell {
 				store = tells{SnapshotStore: store, unchanged: true}
 			}
-			if err := cl.terminator("a", store).Terminate(ctx, false); err != nil {
+			if err := cl.terminator("a", store).Terminate(ctx); err != nil {
 				t.Fatalf("a's surplus copy did not leave: %v", err)
 			}
 			if n := len(cl.events.withReason("FencedWritesKept")); n != c.wantKept || !cl.left("a") {

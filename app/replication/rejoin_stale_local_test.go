@@ -73,7 +73,7 @@ func TestAVolumeManagerRejoinsWithACopyItNoLongerHolds(t *testing.T) {
 	c.stop("b")
 	st, _ := c.state.Get(ctx, volID)
 	pa, _ := st.Replica("a")
-	if err := rb.Terminate(ctx, false); err == nil {
+	if err := rb.Terminate(ctx); err == nil {
 		if !holds("a", pa.Holds()) || !holds("c", pa.Holds()) {
 			t.Errorf("BUG (data): b left and destroyed its copy while a and c do not both hold snapshot %d", pa.Snapshot)
 		}

@@ -414,8 +414,8 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 		return err
 	})
 	if errors.Is(err, ports.ErrNotFound) {
-		// The volume was deleted: replica.CanDestroyOrphan.
-		return r.destroyOrphan(ctx, a.Holds)
+		// The state went: replica.CanDestroyOrphan.
+		return r.destroyOrphan(ctx, a.Holds, a.VolumeGone)
 	}
 	if err != nil {
 		r.log.Warn("keeping the local copy", zap.String("reason", verdict.Reason), zap.Error(err))
@@ -446,7 +446,7 @@ func (r *Replicator) leave(ctx context.Context, a replica.LeaveVolume) error {
 func (r *Replicator) keepBeforeLeaving(ctx context.Context, a replica.LeaveVolume) (bool, error) {
 	st, err := r.read(ctx)
 	if errors.Is(err, ports.ErrNotFound) {
-		return false, r.destroyOrphan(ctx, a.Holds)
+		return false, r.destroyOrphan(ctx, a.Holds, a.VolumeGone)
 	}
 	if err != nil {
 		return false, err
@@ -478,7 +478,7 @@ func (r *Replicator) leaveDeleted(ctx context.Context, holds replica.Holding) er
 	st, err := r.read(ctx)
 	switch {
 	case errors.Is(err, ports.ErrNotFound):
-		return r.destroyOrphan(ctx, holds)
+		return r.destroyOrphan(ctx, holds, true)
 	case err != nil:
 		return err
 	case !st.Deleting:
@@ -512,11 +512,22 @@ func (r *Replicator) leaveDeleted(ctx context.Context, holds replica.Holding) er
 }
 
 // destroyOrphan applies replica.CanDestroyOrphan to a copy whose volume's
-// state no longer exists, and destroys it if allowed.
-func (r *Replicator) destroyOrphan(ctx context.Context, holds replica.Holding) error {
-	verdict := replica.CanDestroyOrphan(holds)
+// state no longer exists (markSeen: the replica saw Ferry's deletion mark
+// on it), and destroys it if allowed. A copy kept is reported: a log line
+// and an event naming the dataset.
+func (r *Replicator) destroyOrphan(ctx context.Context, holds replica.Holding, markSeen bool) error {
+	verdict := replica.CanDestroyOrphan(holds, markSeen)
 	if !verdict.Allowed {
-		r.log.Warn("keeping the local copy", zap.String("reason", verdict.Reason))
+		dataset := string(r.cfg.Volume)
+		if info, err := r.store.GetVolume(ctx, r.cfg.Volume); err == nil && info.MountSource != "" {
+			dataset = info.MountSource
+		}
+		msg := fmt.Sprintf("copy %s kept: %s", dataset, verdict.Reason)
+		if msg != r.lastKept {
+			r.lastKept = msg
+			r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "CopyKept", Message: msg})
+		}
+		r.log.Warn("keeping the local copy", zap.String("dataset", dataset), zap.String("reason", verdict.Reason))
 		return fmt.Errorf("%s: %w", verdict.Reason, replica.ErrUnsafe)
 	}
 	if err := r.store.DestroyVolume(ctx, r.cfg.Volume); err != nil && !errors.Is(err, ports.ErrNotFound) {
@@ -529,12 +540,13 @@ func (r *Replicator) destroyOrphan(ctx context.Context, holds replica.Holding) e
 // Terminate runs the safe-deletion protocol (SIGTERM): it returns nil once
 // the local copy is destroyed, or ErrUnsafe (wrapped) when the rule keeps
 // it; the copy is then left in place for the next volume manager. A
-// volume whose shared state no longer exists is gone (its replica pods
-// are terminated because their ReplicatedVolume was deleted): the copy is
-// destroyed. Call it after Run returned, from the same goroutine's view.
-func (r *Replicator) Terminate(ctx context.Context, volumeGone bool) error {
+// volume whose shared state no longer exists keeps its copy unless this
+// replica saw Ferry's deletion mark on it (replica.CanDestroyOrphan): a
+// missing object is not a deletion. Call it after Run returned, from the
+// same goroutine's view.
+func (r *Replicator) Terminate(ctx context.Context) error {
 	r.terminating = true
-	_ = r.m.Step(replica.Terminate{VolumeGone: volumeGone})
+	_ = r.m.Step(replica.Terminate{})
 	for attempt := 0; attempt < 3; attempt++ {
 		// The safe-deletion rule is applied to what the store holds now.
 		r.settle(ctx, true)
@@ -597,7 +609,7 @@ func (r *Replicator) guardDiscard(ctx context.Context, after string, except ...s
 func LeaveHere(ctx context.Context, node replica.Node, id volume.ID, store Store, cluster ports.ClusterState, events ports.EventRecorder, log *zap.Logger) error {
 	r := New(Config{Node: node, Volume: id, Tick: time.Second, SnapshotInterval: time.Second, Keep: 1},
 		store, unwatched{cluster}, noTransport{}, events, log)
-	return r.Terminate(ctx, false)
+	return r.Terminate(ctx)
 }
 
 // unwatched is a shared state read without a watch: a leaving replica

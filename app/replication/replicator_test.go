@@ -365,7 +365,7 @@ func TestTwoReplicasTerminatedAtOnceWithFactorTwoOfThreeOnlyOneDeletes(t *testin
 	results := make(chan error, 2)
 	for _, n := range []replica.Node{"b", "c"} {
 		r := c.reps[n]
-		go func() { results <- r.Terminate(context.Background(), false) }()
+		go func() { results <- r.Terminate(context.Background()) }()
 	}
 	deleted := 0
 	for i := 0; i < 2; i++ {
@@ -593,7 +593,7 @@ func TestAReceivedSnapshotKeepsItsEpochThroughAStopAndIsNeverDeletedAsOlder(t *t
 	}
 	r := replication.New(replication.Config{Node: "b", Volume: volID, Tick: 5 * time.Millisecond, SnapshotInterval: time.Hour, Keep: 3},
 		b, c.state, c.net, c.events, zap.NewNop())
-	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+	if err := r.Terminate(ctx); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("Terminate of the only holder of the newest snapshot: %v, want ErrUnsafe", err)
 	}
 	if !c.holds("b", "written in epoch 2") {
@@ -710,7 +710,7 @@ func TestADeletedVolumesReplicasDestroyTheirCopiesAndTheStateGoesWithTheLast(t *
 	})
 	r := c.reps["b"]
 	c.stop("b")
-	if err := r.Terminate(ctx, false); err != nil {
+	if err := r.Terminate(ctx); err != nil {
 		t.Fatalf("Terminate after the volume's deletion: %v", err)
 	}
 }
@@ -733,7 +733,7 @@ func TestAReplicaStoppedDuringItsVolumesDeletionFinishesItOnTermination(t *testi
 		_, listed := st.Replica("a")
 		return err == nil && !listed
 	})
-	if err := r.Terminate(ctx, false); err != nil {
+	if err := r.Terminate(ctx); err != nil {
 		t.Fatalf("Terminate during the volume's deletion: %v", err)
 	}
 	if _, err := c.stores["b"].GetVolume(ctx, volID); !errors.Is(err, ports.ErrNotFound) {
@@ -773,7 +773,7 @@ func TestACopyWithDataButNoReplicationSnapshotSurvivesItsStatesDeletion(t *testi
 	if _, err := states.Update(ctx, "plain", func(s *replica.State) error { s.Replicas = nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Terminate(ctx, false); !errors.Is(err, replica.ErrUnsafe) {
+	if err := r.Terminate(ctx); !errors.Is(err, replica.ErrUnsafe) {
 		t.Fatalf("Terminate: %v, want the copy kept (ErrUnsafe)", err)
 	}
 	if _, err := store.GetVolume(ctx, "plain"); err != nil {

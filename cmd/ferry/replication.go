@@ -151,7 +151,7 @@ func runReplicator(lc fx.Lifecycle, vol string, r *replication.Replicator, log *
 		OnStop: func(stopCtx context.Context) error {
 			cancel()
 			<-done
-			err := r.Terminate(stopCtx, false)
+			err := r.Terminate(stopCtx)
 			if err != nil {
 				log.Warn("local copy kept on termination", zap.String("volume", vol), zap.Error(err))
 			} else {

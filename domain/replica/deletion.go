@@ -61,15 +61,23 @@ func CanDestroy(s State, node Node, volumeGone bool) DeletionVerdict {
 }
 
 // CanDestroyOrphan applies the rule for a replica whose volume's shared
-// state no longer exists (the volume was deleted; Kubernetes: its
-// ReplicatedVolume is gone and its replica pods are terminating). Its copy
-// goes with the volume if it is a replica's copy: one holding replication
+// state no longer exists. A missing object is no evidence that a user
+// deleted the volume: a ReplicatedVolume deleted by hand, its finalizer
+// removed, its CRD removed by an uninstall all look the same. Only Ferry's
+// deletion mark is (State.Deleting: set by the controller's DeleteVolume
+// alone), and markSeen says this replica saw its state carry it before
+// the state went (a finalizer removed by hand during a user's deletion).
+// Without the mark the copy stays, to be found again (rediscovery). With
+// it, the copy goes if it is a replica's copy: one holding replication
 // snapshots, or no data at all. A dataset holding data and no replication
 // snapshot was never replicated (a misconfigured volume manager reaching a
 // plain volume of the same name): it is not the replica's to destroy.
-func CanDestroyOrphan(h Holding) DeletionVerdict {
-	if h.HasData && h.Newest.Number == 0 {
-		return DeletionVerdict{Reason: "the volume's state is gone, but the local dataset holds data and no replication snapshot: it was never a replica"}
+func CanDestroyOrphan(h Holding, markSeen bool) DeletionVerdict {
+	if !markSeen {
+		return DeletionVerdict{Reason: "the volume's state is gone without Ferry's deletion mark (deleted by hand, or its CRD removed): the copy is kept to be found again"}
 	}
-	return DeletionVerdict{Allowed: true, Reason: "the volume's state is gone"}
+	if h.HasData && h.Newest.Number == 0 {
+		return DeletionVerdict{Reason: "the volume was deleted and its state is gone, but the local dataset holds data and no replication snapshot: it was never a replica"}
+	}
+	return DeletionVerdict{Allowed: true, Reason: "the volume was deleted (Ferry's deletion mark) and its state is gone"}
 }

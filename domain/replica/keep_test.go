@@ -118,7 +118,12 @@ func TestATerminatedReplicaNamesTheCopyToKeepBeforeLeaving(t *testing.T) {
 		m := NewMachine(MachineConfig{Self: "a"})
 		_ = m.Step(Observed{State: s})
 		_ = m.Step(LocalRead{Snaps: local, HasData: true, Unchanged: true})
-		_ = m.Step(Terminate{VolumeGone: c.gone})
+		if c.gone {
+			deleting := s
+			deleting.Deleting = true
+			_ = m.Step(Observed{State: deleting})
+		}
+		_ = m.Step(Terminate{})
 		if _, ok := m.Next(); ok {
 			t.Fatalf("%s: decided on the store as listed before the termination", c.name)
 		}

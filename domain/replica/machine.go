@@ -146,9 +146,10 @@ type ActionDone struct {
 	Err    error
 }
 
-// Terminate: the replica is asked to go away (SIGTERM); VolumeGone says the
-// volume itself was deleted.
-type Terminate struct{ VolumeGone bool }
+// Terminate: the replica is asked to go away (SIGTERM). Whether its
+// volume was deleted is not the caller's to say: only Ferry's deletion
+// mark on an observed state says so (State.Deleting).
+type Terminate struct{}
 
 // SnapshotNow: the primary must snapshot at its next decision.
 type SnapshotNow struct{}
@@ -358,7 +359,7 @@ func (m *Machine) Step(ev Event) error {
 		m.havePeer = false // the peer may have moved on
 		m.backoff = false
 	case Terminate:
-		m.terminating, m.volumeGone = true, e.VolumeGone
+		m.terminating = true
 		// The leave is judged on what the store holds now (its newest
 		// snapshot, and whether it changed since: a fenced term's writes
 		// are kept aside first): listed again before deciding.

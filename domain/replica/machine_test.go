@@ -266,7 +266,7 @@ func (e *scriptEnv) run(f []string) error {
 		}
 		return e.machines[n].Step(ActionDone{Action: a, Err: err})
 	case "terminate":
-		return e.machines[Node(f[1])].Step(Terminate{VolumeGone: len(f) > 2 && f[2] == "gone"})
+		return e.machines[Node(f[1])].Step(Terminate{})
 	case "unreadable", "readable":
 		for _, n := range f[1:] {
 			e.blind[Node(n)] = f[0] == "unreadable"

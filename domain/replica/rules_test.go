@@ -338,20 +338,26 @@ func TestAFailedSourceIsSkippedForAnotherAsNewNeverForAnOlderOne(t *testing.T) {
 	}
 }
 
-// Rule: with the volume's state gone, a copy is destroyed only if it is a
-// replica's (replication snapshots, or nothing).
-func TestRuleAnOrphanIsDestroyedOnlyIfItWasAReplica(t *testing.T) {
+// Rule: with the volume's state gone, a copy is destroyed only if the
+// replica saw Ferry's deletion mark, and only if it is a replica's copy
+// (replication snapshots, or nothing). A state merely missing destroys
+// nothing.
+func TestRuleAnOrphanIsDestroyedOnlyOnTheDeletionMarkAndIfItWasAReplica(t *testing.T) {
 	cases := []struct {
 		h    Holding
+		mark bool
 		want bool
 	}{
-		{Holding{}, true},
-		{Holding{HasData: true, Newest: Snap{Number: 4, Epoch: 1}}, true},
-		{Holding{HasData: true}, false},
+		{Holding{}, true, true},
+		{Holding{HasData: true, Newest: Snap{Number: 4, Epoch: 1}}, true, true},
+		{Holding{HasData: true}, true, false},
+		{Holding{}, false, false},
+		{Holding{HasData: true, Newest: Snap{Number: 4, Epoch: 1}}, false, false},
+		{Holding{HasData: true}, false, false},
 	}
 	for _, c := range cases {
-		if v := CanDestroyOrphan(c.h); v.Allowed != c.want || v.Reason == "" {
-			t.Errorf("CanDestroyOrphan(%+v) = %+v, want allowed %v", c.h, v, c.want)
+		if v := CanDestroyOrphan(c.h, c.mark); v.Allowed != c.want || v.Reason == "" {
+			t.Errorf("CanDestroyOrphan(%+v, mark %v) = %+v, want allowed %v", c.h, c.mark, v, c.want)
 		}
 	}
 }
