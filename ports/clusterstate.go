@@ -119,3 +119,12 @@ type SpecRecorder interface {
 	// one as it is.
 	CreateWithSpec(ctx context.Context, s replica.State, spec VolumeSpec) (replica.State, error)
 }
+
+// CapacityRecorder records a replicated volume's new size (an expansion)
+// where every copy reads it (replica.State.CapacityBytes; Kubernetes: the
+// ReplicatedVolume's spec.capacityBytes): each copy then grows to it. A
+// size never shrinks: a smaller or equal one changes nothing. ErrNotFound
+// when the volume has no state (it is not replicated).
+type CapacityRecorder interface {
+	RecordCapacity(ctx context.Context, id volume.ID, capacityBytes int64) error
+}

@@ -2,6 +2,7 @@ package fakecluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -189,3 +190,18 @@ func check(st *replica.State) error {
 
 // clone copies st deeply: Replica holds only values, so copying the slice
 // is enough for callers and the store never to share memory.
+
+// RecordCapacity grows the state's CapacityBytes (ports.CapacityRecorder).
+func (s *Store) RecordCapacity(ctx context.Context, id volume.ID, capacityBytes int64) error {
+	_, err := s.Update(ctx, id, func(st *replica.State) error {
+		if st.CapacityBytes >= capacityBytes {
+			return replica.ErrUnchanged
+		}
+		st.CapacityBytes = capacityBytes
+		return nil
+	})
+	if errors.Is(err, replica.ErrUnchanged) {
+		return nil
+	}
+	return err
+}

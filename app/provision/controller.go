@@ -85,6 +85,9 @@ type Replication struct {
 	// step of setting it up that fails, and its completion (Kubernetes:
 	// on the ReplicatedVolume and its claim).
 	Events ports.EventRecorder
+	// Sizes records an expansion of a replicated volume where every copy
+	// reads it (each grows to it); nil: the expansion stays this copy's.
+	Sizes ports.CapacityRecorder
 }
 
 // WithReplication makes CreateVolume replicate volumes whose replication
@@ -192,7 +195,7 @@ func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpe
 		return v, nil
 	}
 	self := c.cfg.Node
-	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self,
+	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self, CapacityBytes: v.CapacityBytes,
 		Replicas: []replica.Replica{{Node: self, Active: true}}}
 	var st replica.State
 	var err error
@@ -409,6 +412,12 @@ func (c *Service) ExpandVolume(ctx context.Context, volumeID string, r volume.Ca
 	info, err := c.store.GetVolume(ctx, id)
 	if err != nil {
 		return 0, err
+	}
+	if c.repl.Sizes != nil {
+		// Recorded first, so that every copy grows with this one.
+		if err := c.repl.Sizes.RecordCapacity(ctx, id, size); err != nil && !errors.Is(err, ports.ErrNotFound) {
+			return 0, fmt.Errorf("expand volume %s: recording its size for every copy: %w", id, err)
+		}
 	}
 	if info.CapacityBytes >= size {
 		return info.CapacityBytes, nil

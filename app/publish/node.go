@@ -317,6 +317,14 @@ func (n *Service) Expand(ctx context.Context, volumeID, p string, want *volume.C
 	if err := n.volumePath(id, info, p); err != nil {
 		return 0, err
 	}
+	if size > 0 && n.repl != nil && n.repl.Sizes != nil {
+		// Recorded first, so that every copy grows with this one: a
+		// retry after a failure in between records nothing new and
+		// grows this copy.
+		if err := n.repl.Sizes.RecordCapacity(ctx, id, size); err != nil && !errors.Is(err, ports.ErrNotFound) {
+			return 0, fmt.Errorf("expand volume %s: recording its size for every copy: %w", id, err)
+		}
+	}
 	if want == nil || info.CapacityBytes >= size {
 		return info.CapacityBytes, nil
 	}

@@ -33,6 +33,9 @@ type Replication struct {
 	// (ports.MetaWritesLocked) when a read/write publish, or a takeover's
 	// PrepareWriter, makes it the writer again; nil without watchdogs.
 	WriteLock ports.WriteLock
+	// Sizes records an expansion of a replicated volume where every copy
+	// reads it (each grows to it); nil: the expansion stays this copy's.
+	Sizes ports.CapacityRecorder
 	// Wait is how long a read/write publish waits for the replica to
 	// become the primary (another node's pod may still hold the volume: a
 	// rolling update overlaps two pods) before answering Aborted so that

@@ -558,12 +558,11 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		_ = r.m.Step(replica.StateUnreadable{})
 	}
 	if full || r.m.NeedsLocal() {
-		local, hasData, err := r.local(ctx)
+		read, err := r.local(ctx)
 		if err != nil {
 			return err
 		}
-		read := replica.LocalRead{Snaps: local, HasData: hasData}
-		if r.terminating && len(local) > 0 {
+		if r.terminating && len(read.Snaps) > 0 {
 			// Only a leave asks whether the copy changed since its newest
 			// snapshot (a fenced term's writes are kept aside first): a
 			// pool that cannot tell, or a failed read, says it may have.
@@ -715,15 +714,22 @@ func (r *Replicator) publishStatus() {
 
 // local reads the replication snapshots the store holds and whether it
 // holds the volume's dataset at all.
-func (r *Replicator) local(ctx context.Context) ([]replica.Snap, bool, error) {
+func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
 	if errors.Is(err, ports.ErrNotFound) {
-		return nil, false, nil // no local data yet
+		return replica.LocalRead{}, nil // no local data yet
 	}
 	if err != nil {
-		return nil, false, err
+		return replica.LocalRead{}, err
 	}
-	return toSnaps(list), true, nil
+	info, err := r.store.GetVolume(ctx, r.cfg.Volume)
+	if errors.Is(err, ports.ErrNotFound) {
+		return replica.LocalRead{}, nil // gone in between
+	}
+	if err != nil {
+		return replica.LocalRead{}, err
+	}
+	return replica.LocalRead{Snaps: toSnaps(list), HasData: true, CapacityBytes: info.CapacityBytes}, nil
 }
 
 // toSnaps keeps the replication snapshots of a listing; each carries its

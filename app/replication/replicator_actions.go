@@ -116,8 +116,19 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 			Message: fmt.Sprintf("the replica on %s is the active primary of epoch %d, from snapshot %d of epoch %d", r.cfg.Node, st.Epoch, self.Snapshot, self.SnapshotEpoch)})
 		return nil
 	case replica.Alert:
+		if a.Event != "" {
+			r.log.Warn(a.Reason, zap.String("event", a.Event))
+			r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: a.Event, Message: a.Reason})
+			return nil
+		}
 		r.log.Error("replicas conflict: nothing discarded, an operator must decide", zap.String("reason", a.Reason))
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Conflict", Message: a.Reason})
+		return nil
+	case replica.Grow:
+		if err := r.store.Resize(ctx, r.cfg.Volume, a.Bytes); err != nil {
+			return fmt.Errorf("growing the copy to the volume's size: %w", err)
+		}
+		r.log.Info("the copy takes the volume's size", zap.Int64("bytes", a.Bytes))
 		return nil
 	}
 	return fmt.Errorf("unknown action %T", a)
@@ -364,11 +375,11 @@ func (r *Replicator) startProgress(peer replica.Node, name string, full bool, gu
 
 // landed checks that the snapshot received is the one asked for, by GUID.
 func (r *Replicator) landed(ctx context.Context, target replica.Snap) error {
-	local, _, err := r.local(ctx)
+	list, err := r.store.ListSnapshots(ctx, r.cfg.Volume)
 	if err != nil {
 		return err
 	}
-	for _, s := range local {
+	for _, s := range toSnaps(list) {
 		if s == target {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 // the whole contract its adapters keep).
 type Store interface {
 	GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error)
+	Resize(ctx context.Context, id volume.ID, capacityBytes int64) error
 	DestroyVolume(ctx context.Context, id volume.ID) error
 	Unchanged(ctx context.Context, id volume.ID) (bool, error)
 	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (ports.SnapshotInfo, error)

@@ -25,7 +25,7 @@ func controllerReplication(api *kubeAPI, events ports.EventRecorder) []provision
 	if api == nil || api.workload == nil {
 		return nil
 	}
-	return []provision.Option{provision.WithReplication(provision.Replication{Cluster: api.states, Specs: api.states, Workload: api.workload, Events: events})}
+	return []provision.Option{provision.WithReplication(provision.Replication{Cluster: api.states, Specs: api.states, Sizes: api.states, Workload: api.workload, Events: events})}
 }
 
 // eventRecorder is where a component's events go: with --cluster-state
@@ -100,6 +100,7 @@ func nodeReplication(o *Options, api *kubeAPI, lock ports.WriteLock, events port
 		Events:    events,
 		Wait:      o.HandoverWait,
 		WriteLock: lock,
+		Sizes:     api.states,
 	}
 	if takers != nil {
 		r.Takers = takers

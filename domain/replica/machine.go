@@ -91,6 +91,12 @@ type Machine struct {
 	volumeGone  bool
 	left        bool
 	alerted     string // the conflict last alerted, so it is said once
+	// capacity is the local copy's size as last read or grown;
+	// growFailed why the last Grow failed (alerted once), growWait the
+	// ticks before it is tried again (replication goes on meanwhile).
+	capacity   int64
+	growFailed string
+	growWait   int
 }
 
 // SnapshotEvery is the primary's snapshot interval in ticks: the
@@ -129,6 +135,9 @@ type LocalRead struct {
 	Snaps     []Snap
 	HasData   bool
 	Unchanged bool
+	// CapacityBytes is the local copy's size (its quota and reservation;
+	// 0: none, as a received copy has, or no copy).
+	CapacityBytes int64
 }
 
 // PeerRead: the replication snapshots a peer holds.
@@ -301,7 +310,23 @@ type LeaveVolume struct {
 }
 
 // Alert: a conflict the machine cannot settle; raise it (log and event).
-type Alert struct{ Reason string }
+// Event names the event when it is not a conflict of replicas ("":
+// Conflict).
+type Alert struct {
+	Reason string
+	Event  string
+}
+
+// CopyCannotGrow is the event of a copy that could not take the volume's
+// size (Grow failed).
+const CopyCannotGrow = "CopyCannotGrow"
+
+// Grow sets the local copy's size (quota and reservation) to the
+// volume's, State.CapacityBytes: a copy made by a receive has none, and
+// an expansion recorded in the state reaches every copy. A copy that
+// cannot grow (its pool has no room) is alerted and tried again later;
+// it keeps replicating meanwhile.
+type Grow struct{ Bytes int64 }
 
 func (ReportSnapshot) action()   {}
 func (ReadPeer) action()         {}
@@ -315,6 +340,7 @@ func (DestroySnapshots) action() {}
 func (LeaveVolume) action()      {}
 func (BecomePrimary) action()    {}
 func (Alert) action()            {}
+func (Grow) action()             {}
 
 // Step feeds one event to the machine.
 func (m *Machine) Step(ev Event) error {
@@ -350,6 +376,7 @@ func (m *Machine) Step(ev Event) error {
 		m.stale = m.viewed // with no view at all, nothing is decided
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
+		m.capacity = e.CapacityBytes
 		m.hasData = e.HasData || len(e.Snaps) > 0
 		m.unchanged = e.Unchanged && len(e.Snaps) > 0
 	case PeerRead:
@@ -358,6 +385,9 @@ func (m *Machine) Step(ev Event) error {
 		m.ticks++
 		m.havePeer = false // the peer may have moved on
 		m.backoff = false
+		if m.growWait > 0 {
+			m.growWait--
+		}
 	case Terminate:
 		m.terminating = true
 		// The leave is judged on what the store holds now (its newest
@@ -498,6 +528,13 @@ func (m *Machine) done(e ActionDone) {
 		}
 	case Alert:
 		m.alerted = a.Reason
+	case Grow:
+		if e.Err != nil {
+			m.growFailed = fmt.Sprintf("this copy cannot grow to the volume's size, %d bytes (it is %d): %v", a.Bytes, m.capacity, e.Err)
+			m.growWait = growRetryTicks
+			return
+		}
+		m.capacity, m.growFailed = a.Bytes, ""
 	}
 }
 
@@ -629,6 +666,28 @@ func (m *Machine) Wake() int {
 // first.
 func (m *Machine) NeedsLocal() bool { return !m.haveLocal }
 
+// growRetryTicks is how long a copy that could not grow waits before
+// trying again.
+const growRetryTicks = 64
+
+// grow decides the copy's growth to the volume's size, or the alert of a
+// growth that failed (once). A copy larger than the volume is left alone
+// (a shrink is never Ferry's), and so is a volume whose size the state
+// does not tell (0: made before it did).
+func (m *Machine) grow() (Action, bool) {
+	want := m.state.CapacityBytes
+	if want <= 0 || !m.hasData || m.capacity >= want {
+		return nil, false
+	}
+	if m.growFailed != "" && m.alerted != m.growFailed {
+		return Alert{Reason: m.growFailed, Event: CopyCannotGrow}, true
+	}
+	if m.growWait > 0 {
+		return nil, false
+	}
+	return Grow{Bytes: want}, true
+}
+
 func (m *Machine) decide() Action {
 	self, listed := m.state.Replica(m.cfg.Self)
 	newest := Snap{}
@@ -669,6 +728,9 @@ func (m *Machine) decide() Action {
 	ready := IsReady(m.state, probe, m.cfg.AllowedLag)
 	if !listed || self.Snapshot != newest.Number || self.SnapshotEpoch != newest.Epoch || self.SnapshotGUID != newest.GUID || self.Ready != ready {
 		return ReportSnapshot{Snap: newest, Ready: ready}
+	}
+	if g, ok := m.grow(); ok {
+		return g
 	}
 	if m.acquiring && (m.isPrimary(self) || m.mayPromote(self)) {
 		return BecomePrimary{}

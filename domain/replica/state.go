@@ -163,6 +163,11 @@ type State struct {
 	// spec says (an operator may edit it there); 0: the volume manager's
 	// own setting. Like ReplicationFactor it is not the replicas' to write.
 	SnapshotInterval time.Duration
+	// CapacityBytes is the volume's size, as its spec says (an expansion
+	// records the new size there): every copy is this size, a quota and a
+	// reservation (Grow). 0: not known (a state made before it was
+	// recorded). Like ReplicationFactor it is not the replicas' to write.
+	CapacityBytes int64
 	// Version is the store's version of this state (a resourceVersion in
 	// Kubernetes). It is set by ClusterState and only compared, never made up.
 	Version string

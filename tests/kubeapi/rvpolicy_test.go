@@ -75,6 +75,26 @@ func TestOnlyFerryDeletesAReplicatedVolumeAndTheFinalizerHoldsItUntilTheLastCopy
 	if err := replicaRVs.Delete(ctx, "pvc-del", metav1.DeleteOptions{}); err == nil {
 		t.Fatal("a replica pod deleted a ReplicatedVolume")
 	}
+	// An expansion: the node daemon grows the recorded size (every copy
+	// follows); a replica pod may not, and nobody may shrink it.
+	if err := patch("grow it", `{"spec":{"capacityBytes":4096}}`); err == nil || !strings.Contains(err.Error(), "only remove Ferry's finalizer") {
+		t.Errorf("a replica pod grew a ReplicatedVolume: %v", err)
+	}
+	if err := s.RecordCapacity(ctx, "pvc-del", 8192); err != nil {
+		t.Fatalf("the node daemon recording an expansion: %v", err)
+	}
+	if got, err := s.Get(ctx, "pvc-del"); err != nil || got.CapacityBytes != 8192 {
+		t.Fatalf("after the expansion the state reads %d bytes, %v; want 8192", got.CapacityBytes, err)
+	}
+	nodeRVs := nodeDyn.Resource(rvapi.GVR)
+	for _, r := range []struct{ what, patch, says string }{
+		{"shrink it", `{"spec":{"capacityBytes":4096}}`, "never shrinks"},
+		{"scale it while growing it", `{"spec":{"capacityBytes":16384,"replicationFactor":1}}`, "only remove Ferry's finalizer"},
+	} {
+		if _, err := nodeRVs.Patch(ctx, "pvc-del", types.MergePatchType, []byte(r.patch), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), r.says) {
+			t.Errorf("the node daemon tried to %s: got %v, want a refusal saying %q", r.what, err, r.says)
+		}
+	}
 
 	// A replica pod may not mark it for deletion.
 	if err := patch("mark it", `{"metadata":{"annotations":{"ferry.zfs.csi.io/delete":"true"}}}`); err == nil || !strings.Contains(err.Error(), "only the node daemon marks") {

@@ -237,6 +237,7 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		Version:           rv.ResourceVersion,
 		Deleting:          rv.DeletionTimestamp != nil && rv.Annotations[DeleteIntent] == "true",
 		SnapshotInterval:  SnapshotInterval(rv.Spec),
+		CapacityBytes:     max(0, rv.Spec.CapacityBytes),
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

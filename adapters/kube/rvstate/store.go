@@ -41,10 +41,11 @@ type Store struct {
 }
 
 var (
-	_ ports.ClusterState = (*Store)(nil)
-	_ ports.StateWatcher = (*Store)(nil)
-	_ ports.SpecRecorder = (*Store)(nil)
-	_ ports.StateFeed    = (*Store)(nil)
+	_ ports.ClusterState     = (*Store)(nil)
+	_ ports.StateWatcher     = (*Store)(nil)
+	_ ports.SpecRecorder     = (*Store)(nil)
+	_ ports.StateFeed        = (*Store)(nil)
+	_ ports.CapacityRecorder = (*Store)(nil)
 )
 
 // New returns a store using client. labels, if any, are added to every
@@ -251,6 +252,42 @@ func (s *Store) Delete(ctx context.Context, id volume.ID) error {
 		}
 	}
 	return fmt.Errorf("delete cluster state of volume %s: gave up after %d attempts: %w", id, casloop.MaxAttempts, ports.ErrConflict)
+}
+
+// RecordCapacity grows the ReplicatedVolume's spec.capacityBytes
+// (ports.CapacityRecorder): a merge patch carrying the resourceVersion it
+// was read at, retried on a conflict; a size already as large is left.
+func (s *Store) RecordCapacity(ctx context.Context, id volume.ID, capacityBytes int64) error {
+	name := rvapi.ObjectName(id)
+	for range casloop.MaxAttempts {
+		u, err := s.rvs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return apiError("read the size of volume "+string(id), err)
+		}
+		rv, err := decode(u)
+		if err != nil {
+			return err
+		}
+		if rv.Spec.VolumeID != string(id) {
+			return fmt.Errorf("record the size of volume %s: object %s belongs to volume %q: %w", id, name, rv.Spec.VolumeID, ports.ErrNotFound)
+		}
+		if rv.Spec.CapacityBytes >= capacityBytes {
+			return nil
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+			"spec":     map[string]any{"capacityBytes": capacityBytes},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = s.rvs.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		return apiError("record the size of volume "+string(id), err)
+	}
+	return fmt.Errorf("record the size of volume %s: gave up after %d attempts: %w", id, casloop.MaxAttempts, ports.ErrConflict)
 }
 
 // release removes Ferry's finalizer from the object of a volume being
