@@ -210,7 +210,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 			r.Step(ctx, Tick)
 		case _, open := <-changes:
 			if !open {
-				changes = nil // the watch ended (ctx): poll until Run returns
+				if ctx.Err() != nil {
+					return nil // the watch ends with Run: the pace stays as it was, for the next Run
+				}
+				changes = nil // the watch ended on its own: poll every tick
 				r.pace.Watching(false)
 			}
 			r.Step(ctx, Changed)

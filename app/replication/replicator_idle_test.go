@@ -79,7 +79,7 @@ func TestAnIdleSecondaryReadsNothingUntilTheStateChanges(t *testing.T) {
 	gets, lists := state.gets.Load(), store.lists.Load()
 	c.ticks("b", 200)
 	if g, l := state.gets.Load()-gets, store.lists.Load()-lists; g > 0 || l > 0 {
-		t.Fatalf("an idle secondary read the shared state %d times and listed its pool %d times in 200 ticks", g, l)
+		t.Fatalf("an idle secondary read the shared state %d times and listed its pool %d times in 200 ticks; status %+v", g, l, b.Status())
 	}
 
 	// A change wakes it: the primary snapshots new data, b fetches it.
