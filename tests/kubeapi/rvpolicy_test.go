@@ -86,6 +86,11 @@ func TestOnlyFerryDeletesAReplicatedVolumeAndTheFinalizerHoldsItUntilTheLastCopy
 	if got, err := s.Get(ctx, "pvc-del"); err != nil || got.CapacityBytes != 8192 {
 		t.Fatalf("after the expansion the state reads %d bytes, %v; want 8192", got.CapacityBytes, err)
 	}
+	// What says where the volume came from is immutable, even to an
+	// administrator: nothing would read an edit.
+	if _, err := admin.Patch(ctx, "pvc-del", types.MergePatchType, []byte(`{"spec":{"claimName":"other"}}`), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "are immutable") {
+		t.Errorf("an administrator renamed the claim in the spec: %v", err)
+	}
 	nodeRVs := nodeDyn.Resource(rvapi.GVR)
 	for _, r := range []struct{ what, patch, says string }{
 		{"shrink it", `{"spec":{"capacityBytes":4096}}`, "never shrinks"},

@@ -287,3 +287,51 @@ func TestDrainingThePrimarysNodeMovesThePodWithItsData(t *testing.T) {
 		t.Fatalf("after the drain: %+v", rv.Status)
 	}
 }
+
+// dfKiB is the size in KiB of the filesystem at /data in pod.
+func dfKiB(t *testing.T, ns, pod string) (int64, string) {
+	out, _ := kubectl(t, "", "-n", ns, "exec", pod, "--", "df", "-kP", "/data")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 {
+		return 0, out
+	}
+	var kb int64
+	fmt.Sscan(strings.Fields(lines[len(lines)-1])[1], &kb)
+	return kb, out
+}
+
+// A replicated claim grown online and then moved: the pod on the other
+// copy's node sees the grown size, and no more (a received copy had no
+// quota: the pod saw the whole pool), with its data.
+func TestAReplicatedClaimGrownThenMovedKeepsItsSize(t *testing.T) {
+	ns := namespace(t)
+	must(t, statefulSetYAML("grow"), "-n", ns, "apply", "-f", "-")
+	pod, first := podOf(t, ns, "grow", 120*time.Second)
+	vol := volumeOf(t, ns, "data-grow-0")
+	blob := writeRandom(t, ns, pod, "blob", 2048)
+	waitReady(t, vol)
+	must(t, "", "-n", ns, "patch", "pvc", "data-grow-0", "--type=merge", "-p", `{"spec":{"resources":{"requests":{"storage":"160Mi"}}}}`)
+	eventually(t, "the pod sees the grown filesystem", 120*time.Second, func() (bool, string) {
+		kb, out := dfKiB(t, ns, pod)
+		return kb >= 150*1024, out
+	})
+	eventually(t, "the volume's size is recorded for every copy", 60*time.Second, func() (bool, string) {
+		out, err := kubectl(t, "", "get", "replicatedvolume", vol, "-o", "jsonpath={.spec.capacityBytes}")
+		return err == nil && strings.TrimSpace(out) == fmt.Sprint(160<<20), out
+	})
+	waitReady(t, vol)
+
+	cordon(t, first)
+	must(t, "", "-n", ns, "delete", "pod", pod, "--wait=false")
+	pod, second := podOf(t, ns, "grow", 180*time.Second)
+	if second == first {
+		t.Fatalf("the pod came back on the cordoned node %s", first)
+	}
+	eventually(t, "the moved pod sees the grown size and no more", 60*time.Second, func() (bool, string) {
+		kb, out := dfKiB(t, ns, pod)
+		return kb >= 150*1024 && kb <= 170*1024, out
+	})
+	if got := checksum(t, ns, pod, "blob"); got != blob {
+		t.Fatalf("after the move blob reads %s, the pod wrote %s", got, blob)
+	}
+}
