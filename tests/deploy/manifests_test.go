@@ -17,20 +17,25 @@ import (
 // ---------------------------------------------------------------------------
 // Loading
 
-// kustomization is the part of deploy/kustomization.yaml these checks read.
+// kustomization is the part of a kustomization.yaml these checks read.
 type kustomization struct {
 	Namespace string   `json:"namespace"`
 	Resources []string `json:"resources"`
 }
 
-func readKustomization() (kustomization, error) {
+// kustomizations are the directories of deploy/ a user applies: the CRD
+// and its policies (crds, first), then the driver ("").
+var kustomizations = []string{"crds", ""}
+
+// readKustomization reads deploy/<dir>/kustomization.yaml.
+func readKustomization(dir string) (kustomization, error) {
 	var k kustomization
-	data, err := os.ReadFile(filepath.Join(manifestDir, "kustomization.yaml"))
+	data, err := os.ReadFile(filepath.Join(manifestDir, dir, "kustomization.yaml"))
 	if err != nil {
 		return k, err
 	}
 	if err := yaml.Unmarshal(data, &k); err != nil {
-		return k, fmt.Errorf("deploy/kustomization.yaml: %w", err)
+		return k, fmt.Errorf("%s: %w", path.Join("deploy", dir, "kustomization.yaml"), err)
 	}
 	return k, nil
 }
@@ -93,14 +98,28 @@ var (
 // load reads and decodes every document of every listed resource once.
 func load() (*manifests, []string) {
 	loadOnce.Do(func() {
-		k, err := readKustomization()
-		if err != nil {
-			loadErrors = append(loadErrors, err.Error())
-			return
+		loaded = &manifests{}
+		for _, dir := range kustomizations {
+			k, err := readKustomization(dir)
+			if err != nil {
+				loadErrors = append(loadErrors, err.Error())
+				return
+			}
+			if dir == "" {
+				loaded.namespace = k.Namespace
+			}
+			loaded.load(dir, k)
 		}
-		loaded = &manifests{namespace: k.Namespace}
+	})
+	return loaded, loadErrors
+}
+
+// load decodes every document of the resources of deploy/<dir>'s
+// kustomization.
+func (m *manifests) load(dir string, k kustomization) {
+	{
 		for _, r := range k.Resources {
-			docs, err := readDocuments(r)
+			docs, err := readDocuments(path.Join(dir, r))
 			if err != nil {
 				loadErrors = append(loadErrors, err.Error())
 				continue
@@ -111,11 +130,10 @@ func load() (*manifests, []string) {
 					loadErrors = append(loadErrors, err.Error())
 					continue
 				}
-				loaded.objects = append(loaded.objects, o)
+				m.objects = append(m.objects, o)
 			}
 		}
-	})
-	return loaded, loadErrors
+	}
 }
 
 // mustLoad returns the manifests, or stops a test that cannot run without
@@ -133,7 +151,7 @@ func mustLoad(t *testing.T) *manifests {
 func readDocuments(resource string) ([]document, error) {
 	data, err := os.ReadFile(filepath.Join(manifestDir, filepath.FromSlash(resource)))
 	if err != nil {
-		return nil, fmt.Errorf("deploy/%s (listed in deploy/kustomization.yaml): %w", resource, err)
+		return nil, fmt.Errorf("deploy/%s (listed in a kustomization.yaml of deploy/): %w", resource, err)
 	}
 	docs := splitDocuments(resource, data)
 	if len(docs) == 0 {
@@ -188,27 +206,30 @@ func (m *manifests) where(obj runtime.Object) object {
 // 1. Strict decoding
 
 func TestEveryDocumentDecodesStrictlyIntoItsTypedObject(t *testing.T) {
-	k, err := readKustomization()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(k.Resources) == 0 {
-		t.Fatal("deploy/kustomization.yaml lists no resources")
-	}
-	for _, r := range k.Resources {
-		docs, err := readDocuments(r)
+	for _, dir := range kustomizations {
+		k, err := readKustomization(dir)
 		if err != nil {
-			t.Error(err)
-			continue
+			t.Fatal(err)
 		}
-		for _, d := range docs {
-			t.Run(fmt.Sprintf("%s#%d", r, d.index), func(t *testing.T) {
-				o, err := decode(d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("%s decodes as %s", o, o.gvk)
-			})
+		if len(k.Resources) == 0 {
+			t.Fatalf("%s lists no resources", path.Join("deploy", dir, "kustomization.yaml"))
+		}
+		for _, r := range k.Resources {
+			r = path.Join(dir, r)
+			docs, err := readDocuments(r)
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			for _, d := range docs {
+				t.Run(fmt.Sprintf("%s#%d", r, d.index), func(t *testing.T) {
+					o, err := decode(d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s decodes as %s", o, o.gvk)
+				})
+			}
 		}
 	}
 }
@@ -217,33 +238,40 @@ func TestEveryDocumentDecodesStrictlyIntoItsTypedObject(t *testing.T) {
 // 2. kustomization.yaml lists every manifest
 
 func TestKustomizationListsEveryManifestAndEveryListedFileExists(t *testing.T) {
-	k, err := readKustomization()
+	for _, dir := range kustomizations {
+		kustomizationListsEveryManifest(t, dir)
+	}
+}
+
+func kustomizationListsEveryManifest(t *testing.T, dir string) {
+	k, err := readKustomization(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	where := path.Join("deploy", dir, "kustomization.yaml")
 	listed := map[string]bool{}
 	for _, r := range k.Resources {
 		clean := path.Clean(r)
 		switch {
 		case listed[clean]:
-			t.Errorf("deploy/kustomization.yaml lists %q twice; kustomize refuses duplicate resources", r)
+			t.Errorf("%s lists %q twice; kustomize refuses duplicate resources", where, r)
 			continue
 		case strings.Contains(r, "://") || path.IsAbs(r) || strings.HasPrefix(clean, "../"):
-			t.Errorf("deploy/kustomization.yaml lists %q, which is not a file in deploy/; these checks cannot read it", r)
+			t.Errorf("%s lists %q, which is not a file in its directory; these checks cannot read it", where, r)
 			continue
 		}
 		listed[clean] = true
-		fi, err := os.Stat(filepath.Join(manifestDir, filepath.FromSlash(clean)))
+		fi, err := os.Stat(filepath.Join(manifestDir, dir, filepath.FromSlash(clean)))
 		switch {
 		case err != nil:
-			t.Errorf("deploy/kustomization.yaml lists %q, which does not exist: %v", r, err)
+			t.Errorf("%s lists %q, which does not exist: %v", where, r, err)
 		case !fi.Mode().IsRegular():
-			t.Errorf("deploy/kustomization.yaml lists %q, which is not a regular file (a directory or another kustomization is not checked here)", r)
+			t.Errorf("%s lists %q, which is not a regular file (a directory or another kustomization is not checked here)", where, r)
 		case !strings.HasSuffix(clean, ".yaml") && !strings.HasSuffix(clean, ".yml"):
-			t.Errorf("deploy/kustomization.yaml lists %q, which is not a .yaml file", r)
+			t.Errorf("%s lists %q, which is not a .yaml file", where, r)
 		}
 	}
-	entries, err := os.ReadDir(manifestDir)
+	entries, err := os.ReadDir(filepath.Join(manifestDir, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +284,8 @@ func TestKustomizationListsEveryManifestAndEveryListedFileExists(t *testing.T) {
 			continue
 		}
 		if !listed[n] {
-			t.Errorf("deploy/%s is not listed in deploy/kustomization.yaml resources:, so `kubectl apply -k deploy/` does not apply it; add \"  - %s\" to resources: (or delete the file)", n, n)
+			t.Errorf("%s is not listed in %s resources:, so `kubectl apply -k %s` does not apply it; add \"  - %s\" to resources: (or delete the file)",
+				path.Join("deploy", dir, n), where, path.Join("deploy", dir)+"/", n)
 		}
 	}
 }

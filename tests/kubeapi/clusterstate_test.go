@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	}
 	server, err = kubeapi.New(dir)
 	if err == nil {
-		err = server.InstallCRD("../../deploy/crd-replicatedvolume.yaml", rvapi.GVR)
+		err = server.InstallCRD("../../deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeapi:", err)

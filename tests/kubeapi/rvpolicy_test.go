@@ -21,7 +21,7 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// deploy/admission-replicatedvolumes.yaml on the real API server: only the
+// deploy/crds/admission-replicatedvolumes.yaml on the real API server: only the
 // node daemon deletes a ReplicatedVolume (a deletion destroys every copy);
 // Ferry's pods change the main resource only to remove Ferry's finalizer
 // from one being deleted; and a deletion with replicas listed waits, with
@@ -29,7 +29,7 @@ import (
 func TestOnlyFerryDeletesAReplicatedVolumeAndTheFinalizerHoldsItUntilTheLastCopy(t *testing.T) {
 	cfg := start(t)
 	ctx := context.Background()
-	createPolicy(t, kubernetes.NewForConfigOrDie(cfg), "../../deploy/admission-replicatedvolumes.yaml")
+	createPolicy(t, kubernetes.NewForConfigOrDie(cfg), "../../deploy/crds/admission-replicatedvolumes.yaml")
 	admin := dynamic.NewForConfigOrDie(cfg).Resource(rvapi.GVR)
 	nodeDyn := dynamic.NewForConfigOrDie(asNode(cfg))
 	deleteAll(t, nodeDyn)

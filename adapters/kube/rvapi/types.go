@@ -6,7 +6,7 @@
 // replica state (domain/replica.State), written only by compare-and-swap
 // on resourceVersion through the status subresource, in one request.
 //
-// The CRD is deploy/crd-replicatedvolume.yaml; these types are its Go
+// The CRD is deploy/crds/crd-replicatedvolume.yaml; these types are its Go
 // form, translated to and from the domain here and nowhere else.
 package rvapi
 
@@ -45,7 +45,7 @@ const (
 	// DeleteIntent ("true") is set by Ferry's DeleteVolume before it
 	// deletes a ReplicatedVolume. A deletionTimestamp alone does not make
 	// the replicas destroy their copies: deleting the CRD deletes every
-	// instance without admission (kubectl delete -k deploy/, a CRD
+	// instance without admission (kubectl delete -k deploy/crds, a CRD
 	// re-created on upgrade), and must not destroy every volume.
 	DeleteIntent = Group + "/delete"
 )

@@ -71,7 +71,7 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 		return err
 	}
 	defer api.Stop()
-	if err := api.InstallCRD("deploy/crd-replicatedvolume.yaml", rvapi.GVR); err != nil {
+	if err := api.InstallCRD("deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
