@@ -10,6 +10,9 @@ var (
 	ErrPrimaryActive = errors.New("another replica is the active primary")
 	// ErrBehind: the replica does not hold the newest snapshot.
 	ErrBehind = errors.New("replica is behind the newest snapshot")
+	// ErrRediscovering: the state was rebuilt from the copies and still
+	// awaits nodes that may hold a newer one (State.Awaiting).
+	ErrRediscovering = errors.New("the volume's state was rebuilt and awaits nodes that may hold a copy")
 	// ErrUnknownReplica: the node has no entry in the replica list.
 	ErrUnknownReplica = errors.New("no replica on that node")
 	// ErrFenced: the replica acts for an epoch that has ended.
@@ -115,8 +118,8 @@ func (s *State) Fenced(snap Snap) bool {
 // an older epoch is never ready: its snapshots may have diverged. Nor is
 // a copy on a fenced branch, and such a copy does not count as the newest.
 func IsReady(s State, r Replica, lag uint64) bool {
-	if r.OnFencedBranch() {
-		return false
+	if r.OnFencedBranch() || len(s.Awaiting) > 0 {
+		return false // a rebuilt state's newest copy may not be listed yet
 	}
 	n := r
 	for _, o := range s.Replicas {

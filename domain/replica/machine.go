@@ -599,6 +599,9 @@ func (m *Machine) Acquiring() (bool, string) {
 			return true, fmt.Sprintf("%s is the active primary of epoch %d", r.Node, m.state.Epoch)
 		}
 	}
+	if len(m.state.Awaiting) > 0 {
+		return true, fmt.Sprintf("the volume's state was rebuilt from its copies: waiting for %v to say what they hold", m.state.Awaiting)
+	}
 	self, _ := m.state.Replica(m.cfg.Self)
 	if self.OnFencedBranch() {
 		return true, fmt.Sprintf("its copy is on the branch a takeover of epoch %d left: it resyncs once a snapshot of that epoch or later exists", self.Forked.Epoch)
@@ -728,6 +731,12 @@ func (m *Machine) decide() Action {
 	ready := IsReady(m.state, probe, m.cfg.AllowedLag)
 	if !listed || self.Snapshot != newest.Number || self.SnapshotEpoch != newest.Epoch || self.SnapshotGUID != newest.GUID || self.Ready != ready {
 		return ReportSnapshot{Snap: newest, Ready: ready}
+	}
+	if len(m.state.Awaiting) > 0 {
+		// A rebuilt state still awaits nodes that may hold newer copies:
+		// nothing is promoted, fetched, rolled back or discarded until
+		// the survey ends (a change wakes the machine).
+		return nil
 	}
 	if g, ok := m.grow(); ok {
 		return g

@@ -168,6 +168,13 @@ type State struct {
 	// reservation (Grow). 0: not known (a state made before it was
 	// recorded). Like ReplicationFactor it is not the replicas' to write.
 	CapacityBytes int64
+	// Awaiting, on a state rebuilt from the copies after its object was
+	// lost (Rediscover), names the nodes whose pools may hold a copy and
+	// have not answered yet (Answer), sorted. While any is awaited no
+	// replica is promoted, transfers, rolls back, discards or leaves: the
+	// newest copy may be on a node not heard from yet. A node gone for
+	// good is given up (Forget).
+	Awaiting []Node
 	// Version is the store's version of this state (a resourceVersion in
 	// Kubernetes). It is set by ClusterState and only compared, never made up.
 	Version string
@@ -229,6 +236,14 @@ func (s *State) Validate() error {
 	}
 	if active > 1 {
 		return fmt.Errorf("%d active replicas: at most one primary may be active", active)
+	}
+	for i, n := range s.Awaiting {
+		if n == "" || (i > 0 && s.Awaiting[i-1] >= n) {
+			return fmt.Errorf("awaited nodes not sorted, duplicated or empty at %q", n)
+		}
+	}
+	if len(s.Awaiting) > 0 && active > 0 {
+		return fmt.Errorf("a rebuilt state awaiting %v has an active primary", s.Awaiting)
 	}
 	return nil
 }

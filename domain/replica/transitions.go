@@ -105,6 +105,9 @@ func Promote(s *State, node Node) error {
 			return fmt.Errorf("promote %s: %s is active in epoch %d: %w", node, r.Node, s.Epoch, ErrPrimaryActive)
 		}
 	}
+	if len(s.Awaiting) > 0 {
+		return fmt.Errorf("promote %s: %v not heard from yet: %w", node, s.Awaiting, ErrRediscovering)
+	}
 	if s.Replicas[i].Active && s.Primary == node {
 		return nil // already the active primary: publishing again is a no-op
 	}
@@ -258,6 +261,10 @@ type Holding struct {
 // the volume is being deleted.
 func Leave(s *State, node Node, holds Holding, volumeGone bool) (DeletionVerdict, error) {
 	volumeGone = volumeGone && s.Deleting
+	if !volumeGone && len(s.Awaiting) > 0 && holds.HasData {
+		v := DeletionVerdict{Reason: fmt.Sprintf("the volume's state was rebuilt and awaits %v, which may hold newer copies: no copy is surplus yet", s.Awaiting)}
+		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
+	}
 	if !volumeGone && holds.HasData && holds.Newest.Number == 0 {
 		v := DeletionVerdict{Reason: "it holds data that was never snapshotted"}
 		return v, fmt.Errorf("%s may not delete its copy: %s: %w", node, v.Reason, ErrUnsafe)
