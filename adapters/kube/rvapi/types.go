@@ -122,6 +122,10 @@ type Status struct {
 	Epoch    int64           `json:"epoch,omitempty"`
 	Primary  string          `json:"primary,omitempty"`
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// Awaiting: the state was rebuilt from the copies after the object
+	// was lost, and these nodes have not said yet what they hold
+	// (replica.State.Awaiting).
+	Awaiting []string `json:"awaiting,omitempty"`
 }
 
 // ReplicaStatus is one node's copy (replica.Replica).
@@ -215,6 +219,9 @@ func FromState(s replica.State) ReplicatedVolume {
 		}
 		rv.Status.Replicas = append(rv.Status.Replicas, rs)
 	}
+	for _, n := range s.Awaiting {
+		rv.Status.Awaiting = append(rv.Status.Awaiting, string(n))
+	}
 	return rv
 }
 
@@ -283,6 +290,9 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 			rep.Forked = replica.Fork{Epoch: replica.Epoch(num(f+".forked.epoch", r.Forked.Epoch)), At: snap(f+".forked.at", r.Forked.At)}
 		}
 		s.Replicas = append(s.Replicas, rep)
+	}
+	for _, n := range rv.Status.Awaiting {
+		s.Awaiting = append(s.Awaiting, replica.Node(n))
 	}
 	if err != nil {
 		return replica.State{}, fmt.Errorf("ReplicatedVolume %s: %w", rv.Name, err)

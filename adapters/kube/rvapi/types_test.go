@@ -100,3 +100,25 @@ func TestTheSpecsSnapshotIntervalReachesTheState(t *testing.T) {
 		}
 	}
 }
+
+// A rebuilt state's awaited nodes (replica.State.Awaiting) and the
+// volume's size round-trip; the size comes from the spec.
+func TestARebuiltStatesAwaitedNodesAndTheSizeRoundTrip(t *testing.T) {
+	s, err := replica.Rediscover("pvc-2", 2, "a", replica.Snap{Number: 3, Epoch: 5, GUID: 9}, []replica.Node{"b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := FromState(s)
+	rv.Spec.CapacityBytes = 1 << 30
+	got, err := ToState(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Awaiting) != 2 || got.Awaiting[0] != "b" || got.Awaiting[1] != "c" || got.Epoch != s.Epoch || got.CapacityBytes != 1<<30 {
+		t.Fatalf("round trip: %+v", got)
+	}
+	rv.Status.Awaiting = []string{"c", "b"}
+	if _, err := ToState(rv); err == nil {
+		t.Error("unsorted awaited nodes were accepted")
+	}
+}
