@@ -19,3 +19,22 @@ type NodePlacement interface {
 	// error.
 	Place(ctx context.Context, node replica.Node, usable, unknown []volume.ID) error
 }
+
+// NodeDirectory tells which nodes may hold Ferry's copies, for a state
+// rebuilt from them (replica.Rediscover), and which nodes are gone for
+// good (Kubernetes: the nodes Ferry's node DaemonSet has a pod on, running
+// or not; a Node object deleted).
+type NodeDirectory interface {
+	FerryNodes(ctx context.Context) ([]replica.Node, error)
+	// NodeExists is false once the node's object is deleted (an
+	// operator said it will not come back).
+	NodeExists(ctx context.Context, node replica.Node) (bool, error)
+}
+
+// VolumeDirectory tells whether a volume still exists for the cluster's
+// users (Kubernetes: a PersistentVolume of this driver with this handle):
+// a copy of a volume whose state is lost is rebuilt only then, never
+// one of a volume deleted while its node was away.
+type VolumeDirectory interface {
+	VolumeExists(ctx context.Context, id volume.ID) (bool, error)
+}

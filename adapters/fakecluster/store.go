@@ -205,3 +205,10 @@ func (s *Store) RecordCapacity(ctx context.Context, id volume.ID, capacityBytes 
 	}
 	return err
 }
+
+// CreateWithSpec is Create recording what the spec tells the replicas:
+// the volume's size and snapshot interval (ports.SpecRecorder).
+func (s *Store) CreateWithSpec(ctx context.Context, st replica.State, spec ports.VolumeSpec) (replica.State, error) {
+	st.CapacityBytes, st.SnapshotInterval = spec.CapacityBytes, spec.SnapshotInterval
+	return s.Create(ctx, st)
+}

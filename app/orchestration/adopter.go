@@ -73,7 +73,18 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 	}
 	ws, err := a.workload.Status(ctx, id, a.node)
 	if errors.Is(err, ports.ErrNotFound) {
-		return false, nil // its workload is not made yet (CreateVolume in progress)
+		// Not made yet (CreateVolume in progress), or gone: deleted by
+		// hand, or with a state that was lost and rebuilt. Its sizer (the
+		// primary's daemon; with no primary, any listed copy's) makes
+		// it, as CreateVolume would; the copies' pods follow.
+		if st.Deleting || (st.Primary != a.node && st.Primary != "") {
+			return false, nil
+		}
+		if err := a.workload.Apply(ctx, id, placement.Desired(st), st.SnapshotInterval); err != nil {
+			return false, fmt.Errorf("making its missing workload: %w", err)
+		}
+		a.log.Warn("made the missing workload of a volume", zap.String("volume", string(id)))
+		return false, nil
 	}
 	if err != nil {
 		return false, err

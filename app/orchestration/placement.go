@@ -22,8 +22,12 @@ import (
 // the order it came, and nothing there waits for the labels' work, which
 // runs in Run's own loop, woken by a coalesced kick.
 type Placement struct {
-	Labeler   *Labeler
-	Adopter   *Adopter // nil: no volume managers started here
+	Labeler *Labeler
+	// Rediscoverer (nil: none) rebuilds lost states from the local
+	// copies and answers rebuilt states' surveys, every Period, before
+	// the Adopter (which then runs the copies listed).
+	Rediscoverer *Rediscoverer
+	Adopter      *Adopter // nil: no volume managers started here
 	Feed      ports.StateFeed
 	Listeners []func(ports.StateChange)
 	Period    time.Duration
@@ -56,6 +60,11 @@ func (p *Placement) Run(ctx context.Context) {
 	defer t.Stop()
 	full := true
 	for {
+		if p.Rediscoverer != nil && full {
+			if err := p.Rediscoverer.Sync(ctx); err != nil && ctx.Err() == nil {
+				p.Log.Warn("lost states not all rebuilt or answered", zap.Error(err))
+			}
+		}
 		if p.Adopter != nil && full {
 			if _, err := p.Adopter.Sync(ctx); err != nil && ctx.Err() == nil {
 				p.Log.Warn("local copies not all running", zap.Error(err))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
+	"github.com/ferry-csi/ferry/adapters/kube/directory"
 	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
@@ -191,11 +192,17 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 	node := replica.Node(o.NodeID)
 	labeler := orchestration.NewLabeler(node, store, api.states, nodelabels.New(api.kube), log.Named("placement"))
 	var adopter *orchestration.Adopter
+	var rediscoverer *orchestration.Rediscoverer
+	listeners := []func(ports.StateChange){vols.Apply}
 	if api.workload != nil {
 		leave := func(ctx context.Context, id volume.ID) error {
 			return replication.LeaveHere(ctx, node, id, store, api.states, events, log.Named("adopt"))
 		}
 		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"))
+		// Lost states rebuilt from the copies (replica.Rediscover).
+		dir := directory.New(api.kube, o.Namespace, o.DriverName)
+		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, dir, dir, events, log.Named("rediscover"))
+		listeners = append(listeners, rediscoverer.Saw)
 	}
 	// The feed keeps the Guard's view (every change, none dropped; a slow
 	// reader gets each volume's newest), updated before the placement's
@@ -205,8 +212,8 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 			takers.Forget(c.Volume) // deleted: no term of it here
 		}
 	}
-	placement := &orchestration.Placement{Labeler: labeler, Adopter: adopter, Feed: api.states,
-		Listeners: []func(ports.StateChange){vols.Apply, forget}, Period: o.PlacementPeriod, Log: log.Named("placement")}
+	placement := &orchestration.Placement{Labeler: labeler, Rediscoverer: rediscoverer, Adopter: adopter, Feed: api.states,
+		Listeners: append(listeners, forget), Period: o.PlacementPeriod, Log: log.Named("placement")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	lc.Append(fx.Hook{

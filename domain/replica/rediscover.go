@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/ferry-csi/ferry/domain/volume"
 )
@@ -55,6 +56,23 @@ func Rediscover(id volume.ID, rf int, node Node, holds Snap, nodes []Node) (Stat
 	}
 	slices.Sort(s.Awaiting)
 	return s, s.Validate()
+}
+
+// RediscoveryFactor is the replication factor of a rebuilt state, from
+// what the copy recorded at its creation (has: a factor was recorded):
+// the recorded one when it is 2 or more, 2 when none was (a secondary's
+// copy, made by a receive, records none: 2 is the least a replicated
+// volume has, and an operator may raise it), none for a plain volume
+// (false: factor 1, or unreadable: nothing to rebuild).
+func RediscoveryFactor(recorded string, has bool) (int, bool) {
+	if !has {
+		return 2, true
+	}
+	n, err := strconv.Atoi(recorded)
+	if err != nil || n < 2 {
+		return 0, false
+	}
+	return n, true
 }
 
 // Answer records node's answer to a rebuilt state's survey: the newest

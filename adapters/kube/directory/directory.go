@@ -1,0 +1,84 @@
+// Package directory is ports.NodeDirectory and ports.VolumeDirectory on
+// the Kubernetes API: the nodes Ferry's node DaemonSet has a pod on
+// (running or not: a node that is down still has its pod), whether a Node
+// object exists, and whether a PersistentVolume of Ferry's driver with a
+// volume handle exists. Reads only.
+package directory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// DaemonSelector selects the node DaemonSet's pods (deploy/node-daemonset.yaml).
+const DaemonSelector = "app.kubernetes.io/name=ferry,app.kubernetes.io/component=node"
+
+// Directory reads the cluster.
+type Directory struct {
+	client    kubernetes.Interface
+	namespace string // Ferry's: where the node DaemonSet runs
+	driver    string
+}
+
+var (
+	_ ports.NodeDirectory   = (*Directory)(nil)
+	_ ports.VolumeDirectory = (*Directory)(nil)
+)
+
+// New returns the directory of the cluster client reaches; namespace is
+// the node DaemonSet's, driver the CSI driver name.
+func New(client kubernetes.Interface, namespace, driver string) *Directory {
+	return &Directory{client: client, namespace: namespace, driver: driver}
+}
+
+// FerryNodes lists the nodes the node DaemonSet has a pod scheduled on.
+func (d *Directory) FerryNodes(ctx context.Context) ([]replica.Node, error) {
+	pods, err := d.client.CoreV1().Pods(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: DaemonSelector})
+	if err != nil {
+		return nil, fmt.Errorf("list the node daemon's pods: %w", err)
+	}
+	var nodes []replica.Node
+	for _, p := range pods.Items {
+		if n := replica.Node(p.Spec.NodeName); n != "" && !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes, nil
+}
+
+// NodeExists reports whether node's object exists.
+func (d *Directory) NodeExists(ctx context.Context, node replica.Node) (bool, error) {
+	_, err := d.client.CoreV1().Nodes().Get(ctx, string(node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read node %s: %w", node, err)
+	}
+	return true, nil
+}
+
+// VolumeExists reports whether a PersistentVolume of the driver has the
+// volume handle id.
+func (d *Directory) VolumeExists(ctx context.Context, id volume.ID) (bool, error) {
+	pvs, err := d.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("list persistent volumes: %w", err)
+	}
+	for _, pv := range pvs.Items {
+		if c := pv.Spec.CSI; c != nil && c.Driver == d.driver && c.VolumeHandle == string(id) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

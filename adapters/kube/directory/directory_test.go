@@ -1,0 +1,48 @@
+package directory_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/ferry-csi/ferry/adapters/kube/directory"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+func TestTheDirectoryReadsFerrysNodesNodesAndVolumes(t *testing.T) {
+	ctx := context.Background()
+	daemon := map[string]string{"app.kubernetes.io/name": "ferry", "app.kubernetes.io/component": "node"}
+	pod := func(name, node string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ferry-system", Labels: labels}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	pv := func(name, driver, handle string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+	}
+	c := fake.NewClientset(
+		pod("ferry-node-1", "n2", daemon), pod("ferry-node-2", "n1", daemon), pod("ferry-node-3", "", daemon), // not scheduled yet
+		pod("replica", "n3", map[string]string{"app.kubernetes.io/name": "ferry", "app.kubernetes.io/component": "replica"}),
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		pv("pvc-a", "ferry.zfs.csi.io", "pvc-a"), pv("pvc-other", "other.csi.io", "pvc-b"),
+	)
+	d := directory.New(c, "ferry-system", "ferry.zfs.csi.io")
+	nodes, err := d.FerryNodes(ctx)
+	if err != nil || !slices.Equal(nodes, []replica.Node{"n1", "n2"}) {
+		t.Fatalf("FerryNodes = %v, %v; want the daemon's scheduled nodes n1 and n2", nodes, err)
+	}
+	for n, want := range map[replica.Node]bool{"n1": true, "n2": false} {
+		if got, err := d.NodeExists(ctx, n); err != nil || got != want {
+			t.Errorf("NodeExists(%s) = %v, %v; want %v", n, got, err, want)
+		}
+	}
+	for id, want := range map[string]bool{"pvc-a": true, "pvc-b": false, "pvc-c": false} {
+		if got, err := d.VolumeExists(ctx, volume.ID(id)); err != nil || got != want {
+			t.Errorf("VolumeExists(%s) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+}

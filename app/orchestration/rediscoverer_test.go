@@ -1,0 +1,215 @@
+package orchestration_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/mock/gomock"
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/app/orchestration"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/ports/mocks"
+)
+
+// directory is the cluster's nodes and volumes as a test sets them.
+type directory struct {
+	mu      sync.Mutex
+	ferry   []replica.Node
+	deleted map[replica.Node]bool
+	volumes map[volume.ID]bool
+}
+
+func (d *directory) FerryNodes(context.Context) ([]replica.Node, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ferry), nil
+}
+
+func (d *directory) NodeExists(_ context.Context, n replica.Node) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.deleted[n], nil
+}
+
+func (d *directory) VolumeExists(_ context.Context, id volume.ID) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.volumes[id], nil
+}
+
+type heard struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (h *heard) Record(_ context.Context, _ volume.ID, ev ports.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reasons = append(h.reasons, ev.Reason)
+}
+
+// copyWith makes id's copy in store holding the replication snapshots
+// named, with meta.
+func copyWith(t *testing.T, store *memstore.Store, id volume.ID, meta map[string]string, snaps ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB, Metadata: meta}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		if _, err := store.CreateSnapshot(ctx, id, s, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The state of a volume is lost while a holds 3@5 and b the newer 4@5
+// (a secondary's copy: no recorded factor). a's daemon rebuilds it; it
+// awaits b and c; b answers with its copy, c with none; only then may a
+// copy be promoted, and only b's, the newest.
+func TestALostStateIsRebuiltFromTheCopiesAndTheNewestBecomesPrimary(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	dir := &directory{ferry: []replica.Node{"a", "b", "c"}, volumes: map[volume.ID]bool{"pvc-r": true}}
+	stores := map[replica.Node]*memstore.Store{"a": memstore.New(t.TempDir(), 1<<30, 1), "b": memstore.New(t.TempDir(), 1<<30, 2), "c": memstore.New(t.TempDir(), 1<<30, 3)}
+	copyWith(t, stores["a"], "pvc-r", map[string]string{ports.MetaReplicationFactor: "2", ports.MetaPVC: "db/data"}, "ferry-5-2", "ferry-5-3")
+	copyWith(t, stores["b"], "pvc-r", nil, "ferry-5-3", "ferry-5-4")
+	ev := &heard{}
+	rd := map[replica.Node]*orchestration.Rediscoverer{}
+	for n, s := range stores {
+		rd[n] = orchestration.NewRediscoverer(n, s, states, states, dir, dir, ev, zap.NewNop())
+	}
+	if err := rd["a"].Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := states.Get(ctx, "pvc-r")
+	if err != nil {
+		t.Fatalf("a did not rebuild the state: %v", err)
+	}
+	if !slices.Equal(st.Awaiting, []replica.Node{"b", "c"}) || st.Primary != "" || st.ReplicationFactor != 2 || st.CapacityBytes != volume.MiB {
+		t.Fatalf("rebuilt: %+v", st)
+	}
+	if !slices.Contains(ev.reasons, "Rediscovered") {
+		t.Fatalf("the rebuild was not reported: %v", ev.reasons)
+	}
+	if err := replica.Promote(&st, "a"); !errors.Is(err, replica.ErrRediscovering) {
+		t.Fatalf("a promoted while b and c are awaited: %v", err)
+	}
+	// b's and c's daemons see the rebuilt state in the feed and answer.
+	for _, n := range []replica.Node{"b", "c"} {
+		rd[n].Saw(ports.StateChange{Volume: "pvc-r", State: st})
+		if err := rd[n].Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ = states.Get(ctx, "pvc-r")
+	if len(st.Awaiting) != 0 || len(st.Replicas) != 2 {
+		t.Fatalf("after the answers: %+v", st)
+	}
+	if b, _ := st.Replica("b"); b.Snapshot != 4 || b.SnapshotEpoch != 5 {
+		t.Fatalf("b's answer: %+v", b)
+	}
+	if err := replica.Promote(&st, "a"); !errors.Is(err, replica.ErrBehind) {
+		t.Fatalf("the older copy was promotable after the survey: %v", err)
+	}
+	if err := replica.Promote(&st, "b"); err != nil {
+		t.Fatalf("the newest copy: %v", err)
+	}
+}
+
+// A node deleted while awaited (an operator said it will not come back)
+// is given up by the daemons that see the survey.
+func TestADeletedNodeIsGivenUpByARebuiltState(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	dir := &directory{ferry: []replica.Node{"a", "gone"}, deleted: map[replica.Node]bool{}, volumes: map[volume.ID]bool{"pvc-g": true}}
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	copyWith(t, store, "pvc-g", map[string]string{ports.MetaReplicationFactor: "2"}, "ferry-1-7")
+	a := orchestration.NewRediscoverer("a", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); err != nil { // the node still exists: awaited
+		t.Fatal(err)
+	}
+	if st, _ := states.Get(ctx, "pvc-g"); !slices.Equal(st.Awaiting, []replica.Node{"gone"}) {
+		t.Fatalf("awaiting %v, want the node that may come back", st.Awaiting)
+	}
+	dir.mu.Lock()
+	dir.deleted["gone"] = true
+	dir.mu.Unlock()
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := states.Get(ctx, "pvc-g"); len(st.Awaiting) != 0 {
+		t.Fatalf("awaiting %v after the node's deletion", st.Awaiting)
+	}
+}
+
+// Nothing is rebuilt for a copy of a volume that no longer exists (its
+// node was away while it was deleted), a plain volume, or a copy that
+// never held a replication snapshot; nothing is destroyed either.
+func TestNothingIsRebuiltForADeletedVolumeAPlainOneOrOneNeverReplicated(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	dir := &directory{ferry: []replica.Node{"a"}, volumes: map[volume.ID]bool{"plain": true, "fresh": true}}
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	copyWith(t, store, "deleted", map[string]string{ports.MetaReplicationFactor: "2"}, "ferry-1-3")
+	copyWith(t, store, "plain", map[string]string{ports.MetaReplicationFactor: "1"})
+	copyWith(t, store, "fresh", map[string]string{ports.MetaReplicationFactor: "2"})
+	a := orchestration.NewRediscoverer("a", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []volume.ID{"deleted", "plain", "fresh"} {
+		if _, err := states.Get(ctx, id); !errors.Is(err, ports.ErrNotFound) {
+			t.Errorf("%s: a state was made (%v)", id, err)
+		}
+		if _, err := store.GetVolume(ctx, id); err != nil {
+			t.Errorf("%s: the copy is gone: %v", id, err)
+		}
+	}
+}
+
+// A listed copy's volume whose workload is gone (lost with a state that
+// was rebuilt, or deleted by hand) gets it back from its sizer: with no
+// primary, any listed copy's daemon; otherwise the primary's alone.
+func TestAMissingWorkloadIsMadeAgainByItsSizer(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	store := memstore.New(t.TempDir(), 1<<30, 1)
+	for _, id := range []volume.ID{"rebuilt", "elsewhere"} {
+		if _, err := store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: volume.MiB}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebuilt, err := replica.Rediscover("rebuilt", 2, "a", replica.Snap{Number: 3, Epoch: 1, GUID: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := states.Create(ctx, rebuilt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := states.Create(ctx, replica.State{Volume: "elsewhere", ReplicationFactor: 2, Epoch: 1, Primary: "b",
+		Replicas: []replica.Replica{{Node: "a", Snapshot: 1, SnapshotEpoch: 1}, {Node: "b", Snapshot: 1, SnapshotEpoch: 1, Active: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := gomock.NewController(t)
+	w := mocks.NewMockReplicaWorkload(ctrl)
+	w.EXPECT().Status(gomock.Any(), gomock.Any(), replica.Node("a")).Return(ports.WorkloadStatus{}, ports.ErrNotFound).Times(2)
+	w.EXPECT().Apply(gomock.Any(), volume.ID("rebuilt"), placement.Desired(rebuilt), time.Duration(0)).Return(nil) // "elsewhere" is b's to size
+	a := orchestration.NewAdopter("a", store, states, w, func(context.Context, volume.ID) error { return nil }, zap.NewNop())
+	if _, err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
