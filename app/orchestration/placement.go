@@ -28,10 +28,10 @@ type Placement struct {
 	// the Adopter (which then runs the copies listed).
 	Rediscoverer *Rediscoverer
 	Adopter      *Adopter // nil: no volume managers started here
-	Feed      ports.StateFeed
-	Listeners []func(ports.StateChange)
-	Period    time.Duration
-	Log       *zap.Logger
+	Feed         ports.StateFeed
+	Listeners    []func(ports.StateChange)
+	Period       time.Duration
+	Log          *zap.Logger
 }
 
 // Run loops until ctx ends.

@@ -24,14 +24,14 @@ import (
 // cluster's users (no PersistentVolume) is not rebuilt: it is reported
 // and kept, for an operator.
 type Rediscoverer struct {
-	node     replica.Node
-	store    RediscoveryStore
-	cluster  ports.ClusterState
-	specs    ports.SpecRecorder
-	nodes    ports.NodeDirectory
-	volumes  ports.VolumeDirectory
-	events   ports.EventRecorder
-	log      *zap.Logger
+	node    replica.Node
+	store   RediscoveryStore
+	cluster ports.ClusterState
+	specs   ports.SpecRecorder
+	nodes   ports.NodeDirectory
+	volumes ports.VolumeDirectory
+	events  ports.EventRecorder
+	log     *zap.Logger
 
 	mu sync.Mutex
 	// surveys are the rebuilt states seen awaiting answers (Saw).
