@@ -48,6 +48,10 @@ type Guard struct {
 	mine       map[volume.ID]bool           // active primary here at the last check
 	looked     map[volume.ID]bool           // looked at by checkTakenOver since this process started
 	recorded   map[volume.ID]string         // fenced by their volume manager's watchdog (its record), given back with giveBack
+	// cleared is the last record of each volume whose pods were given
+	// back: the same record read again (written once more by the same
+	// fencing spell, after the give-back cleared it) restarts nothing.
+	cleared map[volume.ID]string
 	overtaken  map[volume.ID]bool           // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
 
 	// The node's write permit for the volume managers' watchdogs (nil:
@@ -89,7 +93,7 @@ type GuardOption func(*Guard)
 func newGuard(cfg Config, clock Clock, lease ports.NodeLease, volumes *Volumes, takers *Takers, store Store, mounts ports.MountTable, fencer ports.Fencer, effects ports.FailoverEffects, events ports.EventRecorder, log *zap.Logger) *Guard {
 	return &Guard{cfg: cfg, clock: clock, lease: lease, volumes: volumes, takers: takers, store: store, mounts: mounts, fencer: fencer, effects: effects,
 		events: events, log: log, renewed: make(chan struct{}, 1), fenced: map[volume.ID]liveness.Fence{}, giveBack: map[volume.ID]liveness.Fence{}, mine: map[volume.ID]bool{}, looked: map[volume.ID]bool{},
-		recorded: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}, capped: map[volume.ID]ackCap{}}
+		recorded: map[volume.ID]string{}, cleared: map[volume.ID]string{}, overtaken: map[volume.ID]bool{}, bounded: map[volume.ID]replica.Epoch{}, capped: map[volume.ID]ackCap{}}
 }
 
 // WithPermits makes the guard publish, on this node, until when each
@@ -343,6 +347,15 @@ func (g *Guard) takeRecords() {
 	defer g.mu.Unlock()
 	now := g.clock()
 	for id, why := range recs {
+		if g.cleared[id] == why {
+			// This record was given back already: written again by the
+			// same spell after the give-back cleared it. Cleared again,
+			// nothing restarted.
+			if err := g.records.Clear(id, why); err != nil {
+				g.log.Warn("a watchdog's fence record was not cleared", zap.String("volume", string(id)), zap.Error(err))
+			}
+			continue
+		}
 		_, fenced := g.fenced[id]
 		own := fenced && (here[id] || !known[id])
 		if own || !published || now >= p.Deadline(id) || g.recorded[id] == why {
@@ -686,6 +699,9 @@ func (g *Guard) clearRecord(id volume.ID) {
 	g.mu.Lock()
 	why, ok := g.recorded[id]
 	delete(g.recorded, id)
+	if ok {
+		g.cleared[id] = why
+	}
 	g.mu.Unlock()
 	if !ok || g.records == nil {
 		return

@@ -173,3 +173,38 @@ func TestAClaimWaitsForTheGiveBackOfAWatchdogsFence(t *testing.T) {
 		t.Fatalf("the claim after the give-back: %v", err)
 	}
 }
+
+// A watchdog writes its spell's record once more after the guard's
+// give-back cleared it (its first write raced the guard's read): the same
+// record restarts nothing a second time (a second give-back deleted the
+// pod its controller had just started again), and it is cleared.
+func TestTheSameRecordReadAgainAfterItsGiveBackRestartsNothing(t *testing.T) {
+	ctx := context.Background()
+	w := newRecordWorld(t, primaryState("rep", "a", "b"))
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.g.Check(ctx)
+	_ = w.box.Record("rep", "the deadline passed [spell at 5s]")
+	w.clock.set(5 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = w.g.RenewOnce(ctx)
+	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
+	w.g.Check(ctx)
+	w.clock.set(6 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.lock.EXPECT().UnlockWrites(gomock.Any(), volume.ID("rep")).Return(nil).Times(1)
+	w.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/app-0"}, nil).Times(1)
+	w.g.Check(ctx)
+	// The spell's record, written again.
+	_ = w.box.Record("rep", "the deadline passed [spell at 5s]")
+	w.g.Check(ctx)
+	w.g.Check(ctx)
+	if got, _ := w.box.Recorded(); len(got) != 0 {
+		t.Fatalf("records left: %v", got)
+	}
+}

@@ -59,7 +59,7 @@ type Watchdog struct {
 	armed    bool                   // a permit this watchdog understands was read (liveness.WatchVerdict.Armed)
 	fencing  atomic.Bool            // the deadline has passed and the volume was fenced
 	unread   string                 // the last failure to read the permit logged
-	recorded string                 // a record written in this fencing spell, still to write ("" when done)
+	recorded string                 // this fencing spell's record, still to write ("" when written)
 	held     []ports.StoppedProcess // stopped by a fence not yet told (its lock failed)
 }
 
@@ -117,7 +117,7 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 		}
 		return v.Next
 	}
-	if err := w.fence(ctx, v.Reason); err != nil {
+	if err := w.fence(ctx, v.Reason, now); err != nil {
 		w.log.Error("fence failed; trying again", zap.Error(err))
 		return min(v.Next, 100*time.Millisecond)
 	}
@@ -130,7 +130,7 @@ func (w *Watchdog) Fencing() bool { return w.fencing.Load() }
 
 // fence locks the volume's writes and stops its holders at the start of
 // a fencing spell, and stops the holders again at every look during it.
-func (w *Watchdog) fence(ctx context.Context, reason string) error {
+func (w *Watchdog) fence(ctx context.Context, reason string, now time.Duration) error {
 	if w.info == nil {
 		info, err := w.store.GetVolume(ctx, w.cfg.Volume)
 		if errors.Is(err, ports.ErrNotFound) {
@@ -156,10 +156,16 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		// this process killed), the daemon finds it and finishes the
 		// fence (the stopped holders killed, the lock lifted, the pods
 		// restarted); a record of a fence that stopped nothing costs a
-		// give-back that finds nothing to do.
-		pending := fmt.Sprintf("primary on %s being fenced by its volume manager (the node's daemon did not renew its write permit): %s", w.cfg.Node, reason)
-		if err := w.records.Record(w.cfg.Volume, pending); err != nil {
+		// give-back that finds nothing to do. One record per spell, the
+		// same text however often it is written, and never the same
+		// text twice (the spell's instant): the daemon gives back each
+		// record once (a second text read after its give-back restarted
+		// the new pods again).
+		w.recorded = fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s [spell at %s of the node's boot time]", w.cfg.Node, reason, now)
+		if err := w.records.Record(w.cfg.Volume, w.recorded); err != nil {
 			w.log.Warn("the fence is not recorded for the daemon yet; fencing all the same", zap.Error(err))
+		} else {
+			w.recorded = ""
 		}
 	}
 	// First the holders, stopped (a scan of /proc, some signals): the
@@ -191,8 +197,6 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped (SIGSTOP) %v; the daemon kills them, makes it writable again and restarts the pods once the primary may write again",
 			w.cfg.Node, reason, len(stopped), stopped)
 		w.events.Record(ctx, w.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
-		// Always recorded, stopped or not: the daemon lifts the lock.
-		w.recorded = msg
 	} else if len(stopped) > 0 {
 		w.log.Warn("processes holding the fenced volume stopped again", zap.Any("stopped", stopped))
 	}
@@ -200,7 +204,7 @@ func (w *Watchdog) fence(ctx context.Context, reason string) error {
 		return nil
 	}
 	// The record tells the daemon to lift the lock and give the pods
-	// back; written until it succeeds.
+	// back, stopped or not; written until it succeeds.
 	if err := w.records.Record(w.cfg.Volume, w.recorded); err != nil {
 		return fmt.Errorf("fence %s: record it for the daemon: %w", w.cfg.Volume, err)
 	}
