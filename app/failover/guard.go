@@ -51,8 +51,8 @@ type Guard struct {
 	// cleared is the last record of each volume whose pods were given
 	// back: the same record read again (written once more by the same
 	// fencing spell, after the give-back cleared it) restarts nothing.
-	cleared map[volume.ID]string
-	overtaken  map[volume.ID]bool           // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
+	cleared   map[volume.ID]string
+	overtaken map[volume.ID]bool // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
 
 	// The node's write permit for the volume managers' watchdogs (nil:
 	// none published). pubMu orders the publications.
