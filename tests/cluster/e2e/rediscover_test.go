@@ -57,6 +57,13 @@ func TestALostReplicatedVolumeIsRebuiltFromItsCopies(t *testing.T) {
 			t.Fatalf("%s's copy was destroyed or replaced while its state was lost", node)
 		}
 	}
+	// Back on a copy's node (the PV's node affinity also names the node
+	// the volume was created on, whose copy may have left as surplus).
+	for _, n := range strings.Fields(must(t, "", "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")) {
+		if _, held := copies[n]; !held {
+			cordon(t, n)
+		}
+	}
 	must(t, "", "-n", ns, "scale", "statefulset", "lost", "--replicas=1")
 	pod, node := podOf(t, ns, "lost", 180*time.Second)
 	for file, want := range map[string]string{"blob": blob, "last": last} {
