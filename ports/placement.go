@@ -32,9 +32,18 @@ type NodeDirectory interface {
 }
 
 // VolumeDirectory tells whether a volume still exists for the cluster's
-// users (Kubernetes: a PersistentVolume of this driver with this handle):
-// a copy of a volume whose state is lost is rebuilt only then, never
-// one of a volume deleted while its node was away.
+// users (Kubernetes: a PersistentVolume of this driver with this handle),
+// and what it is to them: a copy of a volume whose state is lost is
+// rebuilt only then, never one of a volume deleted while its node was
+// away, and with the volume's size and factor, not one copy's.
 type VolumeDirectory interface {
-	VolumeExists(ctx context.Context, id volume.ID) (bool, error)
+	Volume(ctx context.Context, id volume.ID) (UserVolume, bool, error)
+}
+
+// UserVolume is a volume as its users have it.
+type UserVolume struct {
+	CapacityBytes int64
+	// ReplicationFactor is the factor it was made with, as recorded with
+	// it ("": not recorded).
+	ReplicationFactor string
 }

@@ -107,10 +107,10 @@ func (r *Rediscoverer) rebuild(ctx context.Context) error {
 }
 
 func (r *Rediscoverer) rebuildOne(ctx context.Context, v ports.VolumeInfo) error {
-	recorded, has := v.Metadata[ports.MetaReplicationFactor]
-	rf, replicated := replica.RediscoveryFactor(recorded, has)
-	if !replicated {
-		return nil // a plain volume: no state to rebuild
+	if recorded, has := v.Metadata[ports.MetaReplicationFactor]; has {
+		if _, replicated := replica.RediscoveryFactor(recorded, true); !replicated {
+			return nil // a plain volume: no state to rebuild
+		}
 	}
 	_, err := r.cluster.Get(ctx, v.ID)
 	if !errors.Is(err, ports.ErrNotFound) {
@@ -120,7 +120,7 @@ func (r *Rediscoverer) rebuildOne(ctx context.Context, v ports.VolumeInfo) error
 	if err != nil || !ok {
 		return err // no replication snapshot: never a replica's copy (or not yet)
 	}
-	exists, err := r.volumes.VolumeExists(ctx, v.ID)
+	user, exists, err := r.volumes.Volume(ctx, v.ID)
 	if err != nil {
 		return err
 	}
@@ -132,6 +132,17 @@ func (r *Rediscoverer) rebuildOne(ctx context.Context, v ports.VolumeInfo) error
 		}
 		return nil
 	}
+	// The factor and the size are the volume's, as its users have them
+	// (a secondary's copy records no factor, and a received copy no
+	// size); the copy's own record when they do not say.
+	recorded, has := user.ReplicationFactor, user.ReplicationFactor != ""
+	if !has {
+		recorded, has = v.Metadata[ports.MetaReplicationFactor]
+	}
+	rf, replicated := replica.RediscoveryFactor(recorded, has)
+	if !replicated {
+		return nil
+	}
 	nodes, err := r.nodes.FerryNodes(ctx)
 	if err != nil {
 		return err
@@ -140,7 +151,7 @@ func (r *Rediscoverer) rebuildOne(ctx context.Context, v ports.VolumeInfo) error
 	if err != nil {
 		return err
 	}
-	spec := ports.VolumeSpec{CapacityBytes: v.CapacityBytes, PersistentVolume: string(v.ID)}
+	spec := ports.VolumeSpec{CapacityBytes: max(user.CapacityBytes, v.CapacityBytes), PersistentVolume: string(v.ID)}
 	if ns, name, ok := strings.Cut(v.Metadata[ports.MetaPVC], "/"); ok {
 		spec.ClaimNamespace, spec.ClaimName = ns, name
 	}

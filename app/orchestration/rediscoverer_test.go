@@ -27,6 +27,8 @@ type directory struct {
 	ferry   []replica.Node
 	deleted map[replica.Node]bool
 	volumes map[volume.ID]bool
+	sizes   map[volume.ID]int64
+	factors map[volume.ID]string
 }
 
 func (d *directory) FerryNodes(context.Context) ([]replica.Node, error) {
@@ -41,10 +43,10 @@ func (d *directory) NodeExists(_ context.Context, n replica.Node) (bool, error) 
 	return !d.deleted[n], nil
 }
 
-func (d *directory) VolumeExists(_ context.Context, id volume.ID) (bool, error) {
+func (d *directory) Volume(_ context.Context, id volume.ID) (ports.UserVolume, bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.volumes[id], nil
+	return ports.UserVolume{CapacityBytes: d.sizes[id], ReplicationFactor: d.factors[id]}, d.volumes[id], nil
 }
 
 type heard struct {
@@ -211,5 +213,26 @@ func TestAMissingWorkloadIsMadeAgainByItsSizer(t *testing.T) {
 	a := orchestration.NewAdopter("a", store, states, w, func(context.Context, volume.ID) error { return nil }, zap.NewNop())
 	if _, err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Rebuilt by a secondary's copy (no recorded factor, a received copy's
+// size), the state takes the volume's factor and size from its
+// PersistentVolume: a factor of 2 would make a third copy surplus, and a
+// received copy's size is none.
+func TestARebuiltStateTakesTheVolumesFactorAndSize(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	dir := &directory{ferry: []replica.Node{"b"}, volumes: map[volume.ID]bool{"pvc-f": true},
+		sizes: map[volume.ID]int64{"pvc-f": 3 * volume.MiB}, factors: map[volume.ID]string{"pvc-f": "3"}}
+	store := memstore.New(t.TempDir(), 1<<30, 2)
+	copyWith(t, store, "pvc-f", nil, "ferry-2-9")
+	b := orchestration.NewRediscoverer("b", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := states.Get(ctx, "pvc-f")
+	if err != nil || st.ReplicationFactor != 3 || st.CapacityBytes != 3*volume.MiB {
+		t.Fatalf("rebuilt: %+v, %v; want factor 3 and 3 MiB, the volume's", st, err)
 	}
 }

@@ -125,6 +125,13 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		r.events.Record(ctx, r.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Conflict", Message: a.Reason})
 		return nil
 	case replica.Grow:
+		// Read afresh: a copy grown meanwhile (a second expansion, by a
+		// newer view) is never shrunk to an older size.
+		if info, err := r.store.GetVolume(ctx, r.cfg.Volume); err != nil {
+			return fmt.Errorf("growing the copy to the volume's size: %w", err)
+		} else if info.CapacityBytes >= a.Bytes {
+			return nil
+		}
 		if err := r.store.Resize(ctx, r.cfg.Volume, a.Bytes); err != nil {
 			return fmt.Errorf("growing the copy to the volume's size: %w", err)
 		}

@@ -65,8 +65,8 @@ func (m *Machine) OnStaleView() bool { return m.stale }
 
 // decideStale is decide's counterpart on a stale view.
 func (m *Machine) decideStale() Action {
-	if m.roleChanged || m.terminating {
-		return nil
+	if m.roleChanged || m.terminating || len(m.state.Awaiting) > 0 {
+		return nil // a rebuilt state's survey: nothing moves (Rediscover)
 	}
 	self, listed := m.state.Replica(m.cfg.Self)
 	if !listed {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -68,17 +69,26 @@ func (d *Directory) NodeExists(ctx context.Context, node replica.Node) (bool, er
 	return true, nil
 }
 
-// VolumeExists reports whether a PersistentVolume of the driver has the
-// volume handle id.
-func (d *Directory) VolumeExists(ctx context.Context, id volume.ID) (bool, error) {
+// ReplicationFactorAttribute is the volume attribute (CSI volume
+// context) CreateVolume records the replication factor in
+// (provision.ContextReplicationFactor).
+const ReplicationFactorAttribute = "replicationFactor"
+
+// Volume finds the PersistentVolume of the driver with the volume handle
+// id: its capacity and the replication factor in its volume attributes.
+func (d *Directory) Volume(ctx context.Context, id volume.ID) (ports.UserVolume, bool, error) {
 	pvs, err := d.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return false, fmt.Errorf("list persistent volumes: %w", err)
+		return ports.UserVolume{}, false, fmt.Errorf("list persistent volumes: %w", err)
 	}
 	for _, pv := range pvs.Items {
 		if c := pv.Spec.CSI; c != nil && c.Driver == d.driver && c.VolumeHandle == string(id) {
-			return true, nil
+			v := ports.UserVolume{ReplicationFactor: c.VolumeAttributes[ReplicationFactorAttribute]}
+			if q, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+				v.CapacityBytes = q.Value()
+			}
+			return v, true, nil
 		}
 	}
-	return false, nil
+	return ports.UserVolume{}, false, nil
 }

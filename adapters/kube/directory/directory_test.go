@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -22,7 +23,9 @@ func TestTheDirectoryReadsFerrysNodesNodesAndVolumes(t *testing.T) {
 	}
 	pv := func(name, driver, handle string) *corev1.PersistentVolume {
 		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+			Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("160Mi")},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle,
+					VolumeAttributes: map[string]string{"replicationFactor": "3"}}}}}
 	}
 	c := fake.NewClientset(
 		pod("ferry-node-1", "n2", daemon), pod("ferry-node-2", "n1", daemon), pod("ferry-node-3", "", daemon), // not scheduled yet
@@ -41,8 +44,8 @@ func TestTheDirectoryReadsFerrysNodesNodesAndVolumes(t *testing.T) {
 		}
 	}
 	for id, want := range map[string]bool{"pvc-a": true, "pvc-b": false, "pvc-c": false} {
-		if got, err := d.VolumeExists(ctx, volume.ID(id)); err != nil || got != want {
-			t.Errorf("VolumeExists(%s) = %v, %v; want %v", id, got, err, want)
+		if v, got, err := d.Volume(ctx, volume.ID(id)); err != nil || got != want || got && (v.CapacityBytes != 160<<20 || v.ReplicationFactor != "3") {
+			t.Errorf("Volume(%s) = %+v, %v, %v; want %v (160 MiB, factor 3)", id, v, got, err, want)
 		}
 	}
 }
