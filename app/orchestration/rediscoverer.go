@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type Rediscoverer struct {
 	store   RediscoveryStore
 	cluster ports.ClusterState
 	specs   ports.SpecRecorder
+	mounts  ports.MountTable
 	nodes   ports.NodeDirectory
 	volumes ports.VolumeDirectory
 	events  ports.EventRecorder
@@ -48,9 +50,9 @@ type RediscoveryStore interface {
 }
 
 // NewRediscoverer returns node's rediscoverer.
-func NewRediscoverer(node replica.Node, store RediscoveryStore, cluster ports.ClusterState, specs ports.SpecRecorder,
+func NewRediscoverer(node replica.Node, store RediscoveryStore, cluster ports.ClusterState, specs ports.SpecRecorder, mounts ports.MountTable,
 	nodes ports.NodeDirectory, volumes ports.VolumeDirectory, events ports.EventRecorder, log *zap.Logger) *Rediscoverer {
-	return &Rediscoverer{node: node, store: store, cluster: cluster, specs: specs, nodes: nodes, volumes: volumes, events: events, log: log,
+	return &Rediscoverer{node: node, store: store, cluster: cluster, specs: specs, mounts: mounts, nodes: nodes, volumes: volumes, events: events, log: log,
 		surveys: map[volume.ID]bool{}, reported: map[volume.ID]bool{}}
 }
 
@@ -119,6 +121,9 @@ func (r *Rediscoverer) rebuildOne(ctx context.Context, v ports.VolumeInfo) error
 	holds, ok, err := r.newest(ctx, v.ID)
 	if err != nil || !ok {
 		return err // no replication snapshot: never a replica's copy (or not yet)
+	}
+	if busy, err := r.written(ctx, v.ID); err != nil || busy {
+		return err
 	}
 	user, exists, err := r.volumes.Volume(ctx, v.ID)
 	if err != nil {
@@ -200,6 +205,11 @@ func (r *Rediscoverer) answer(ctx context.Context, id volume.ID) (bool, error) {
 	if !slices.Contains(st.Awaiting, r.node) && len(gone) == 0 {
 		return false, nil
 	}
+	if slices.Contains(st.Awaiting, r.node) {
+		if busy, err := r.written(ctx, id); err != nil || busy {
+			return false, err // the survey waits for this node
+		}
+	}
 	holds, has, err := r.newest(ctx, id)
 	if err != nil {
 		return false, err
@@ -225,6 +235,36 @@ func (r *Rediscoverer) answer(ctx context.Context, id volume.ID) (bool, error) {
 	}
 	r.log.Info("answered a rebuilt state's survey", zap.String("volume", string(id)), zap.String("holds", what), zap.Any("awaiting", st.Awaiting))
 	return len(st.Awaiting) == 0, nil
+}
+
+// written reports whether a pod here still has this node's copy of id
+// mounted (any mount but the dataset's own): its volume manager, and the
+// watchdog with it, went with the lost state, and it may be the volume's
+// one writer, ahead of every snapshot. Nothing is rebuilt or answered from
+// a copy being written, so no other copy can be promoted meanwhile; once
+// the pod stops the copy answers with its newest snapshot (what was
+// written after it is kept aside, not discarded, when the volume moves
+// on: 5.6).
+func (r *Rediscoverer) written(ctx context.Context, id volume.ID) (bool, error) {
+	info, err := r.store.GetVolume(ctx, id)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	points, err := r.mounts.MountsOf(info.MountSource)
+	if err != nil {
+		return false, fmt.Errorf("reading the mount table: %w", err)
+	}
+	for _, p := range points {
+		if p != path.Clean(info.MountPath) {
+			r.log.Warn("a pod still has the copy of a volume whose state is lost mounted: stop it; nothing is rebuilt or answered from this copy until then",
+				zap.String("volume", string(id)), zap.String("mount", p))
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // newest is the newest replication snapshot this node's copy of id holds

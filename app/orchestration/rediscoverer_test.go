@@ -89,7 +89,7 @@ func TestALostStateIsRebuiltFromTheCopiesAndTheNewestBecomesPrimary(t *testing.T
 	ev := &heard{}
 	rd := map[replica.Node]*orchestration.Rediscoverer{}
 	for n, s := range stores {
-		rd[n] = orchestration.NewRediscoverer(n, s, states, states, dir, dir, ev, zap.NewNop())
+		rd[n] = orchestration.NewRediscoverer(n, s, states, states, noMounts{}, dir, dir, ev, zap.NewNop())
 	}
 	if err := rd["a"].Sync(ctx); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestADeletedNodeIsGivenUpByARebuiltState(t *testing.T) {
 	dir := &directory{ferry: []replica.Node{"a", "gone"}, deleted: map[replica.Node]bool{}, volumes: map[volume.ID]bool{"pvc-g": true}}
 	store := memstore.New(t.TempDir(), 1<<30, 1)
 	copyWith(t, store, "pvc-g", map[string]string{ports.MetaReplicationFactor: "2"}, "ferry-1-7")
-	a := orchestration.NewRediscoverer("a", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	a := orchestration.NewRediscoverer("a", store, states, states, noMounts{}, dir, dir, &heard{}, zap.NewNop())
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestNothingIsRebuiltForADeletedVolumeAPlainOneOrOneNeverReplicated(t *testi
 	copyWith(t, store, "deleted", map[string]string{ports.MetaReplicationFactor: "2"}, "ferry-1-3")
 	copyWith(t, store, "plain", map[string]string{ports.MetaReplicationFactor: "1"})
 	copyWith(t, store, "fresh", map[string]string{ports.MetaReplicationFactor: "2"})
-	a := orchestration.NewRediscoverer("a", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	a := orchestration.NewRediscoverer("a", store, states, states, noMounts{}, dir, dir, &heard{}, zap.NewNop())
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -227,12 +227,58 @@ func TestARebuiltStateTakesTheVolumesFactorAndSize(t *testing.T) {
 		sizes: map[volume.ID]int64{"pvc-f": 3 * volume.MiB}, factors: map[volume.ID]string{"pvc-f": "3"}}
 	store := memstore.New(t.TempDir(), 1<<30, 2)
 	copyWith(t, store, "pvc-f", nil, "ferry-2-9")
-	b := orchestration.NewRediscoverer("b", store, states, states, dir, dir, &heard{}, zap.NewNop())
+	b := orchestration.NewRediscoverer("b", store, states, states, noMounts{}, dir, dir, &heard{}, zap.NewNop())
 	if err := b.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st, err := states.Get(ctx, "pvc-f")
 	if err != nil || st.ReplicationFactor != 3 || st.CapacityBytes != 3*volume.MiB {
 		t.Fatalf("rebuilt: %+v, %v; want factor 3 and 3 MiB, the volume's", st, err)
+	}
+}
+
+// noMounts is a mount table where nothing but each dataset's own
+// mountpoint is mounted; mountedBy adds pods' mounts of a source.
+type noMounts struct{ mountedBy map[string][]string }
+
+func (noMounts) MountAt(string) (ports.Mount, bool, error) { return ports.Mount{}, false, nil }
+
+func (m noMounts) MountsOf(source string) ([]string, error) { return m.mountedBy[source], nil }
+
+// A copy a pod still has mounted (its volume manager and watchdog went
+// with the lost state: it may be the one writer, ahead of every snapshot)
+// neither rebuilds the state nor answers its survey: nothing can be
+// promoted elsewhere until the pod stops.
+func TestACopyAPodStillWritesNeitherRebuildsNorAnswers(t *testing.T) {
+	ctx := context.Background()
+	states := fakecluster.New()
+	dir := &directory{ferry: []replica.Node{"a", "b"}, volumes: map[volume.ID]bool{"pvc-w": true}}
+	sa, sb := memstore.New(t.TempDir(), 1<<30, 1), memstore.New(t.TempDir(), 1<<30, 2)
+	copyWith(t, sa, "pvc-w", map[string]string{ports.MetaReplicationFactor: "2"}, "ferry-1-5")
+	copyWith(t, sb, "pvc-w", nil, "ferry-1-4")
+	info, _ := sa.GetVolume(ctx, "pvc-w")
+	writing := noMounts{mountedBy: map[string][]string{info.MountSource: {"/var/lib/kubelet/pods/p/volumes/x/mount"}}}
+	a := orchestration.NewRediscoverer("a", sa, states, states, writing, dir, dir, &heard{}, zap.NewNop())
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := states.Get(ctx, "pvc-w"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a copy being written rebuilt the state: %v", err)
+	}
+	// b rebuilds from its older copy; a does not answer while written.
+	b := orchestration.NewRediscoverer("b", sb, states, states, noMounts{}, dir, dir, &heard{}, zap.NewNop())
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := states.Get(ctx, "pvc-w")
+	a.Saw(ports.StateChange{Volume: "pvc-w", State: st})
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ = states.Get(ctx, "pvc-w"); !slices.Equal(st.Awaiting, []replica.Node{"a"}) {
+		t.Fatalf("awaiting %v while a's pod writes, want a", st.Awaiting)
+	}
+	if err := replica.Promote(&st, "b"); !errors.Is(err, replica.ErrRediscovering) {
+		t.Fatalf("b's older copy promotable while a is written: %v", err)
 	}
 }
