@@ -80,7 +80,7 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 		if st.Deleting || (st.Primary != a.node && st.Primary != "") {
 			return false, nil
 		}
-		if err := a.workload.Apply(ctx, id, placement.Desired(st), st.SnapshotInterval); err != nil {
+		if err := a.workload.Apply(ctx, id, placement.Remade(st), st.SnapshotInterval); err != nil {
 			return false, fmt.Errorf("making its missing workload: %w", err)
 		}
 		a.log.Warn("made the missing workload of a volume", zap.String("volume", string(id)))

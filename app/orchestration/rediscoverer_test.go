@@ -209,7 +209,7 @@ func TestAMissingWorkloadIsMadeAgainByItsSizer(t *testing.T) {
 	ctrl := gomock.NewController(t)
 	w := mocks.NewMockReplicaWorkload(ctrl)
 	w.EXPECT().Status(gomock.Any(), gomock.Any(), replica.Node("a")).Return(ports.WorkloadStatus{}, ports.ErrNotFound).Times(2)
-	w.EXPECT().Apply(gomock.Any(), volume.ID("rebuilt"), placement.Desired(rebuilt), time.Duration(0)).Return(nil) // "elsewhere" is b's to size
+	w.EXPECT().Apply(gomock.Any(), volume.ID("rebuilt"), placement.Remade(rebuilt), time.Duration(0)).Return(nil) // "elsewhere" is b's to size
 	a := orchestration.NewAdopter("a", store, states, w, func(context.Context, volume.ID) error { return nil }, zap.NewNop())
 	if _, err := a.Sync(ctx); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,18 @@ type Objects struct {
 	UsableOn []replica.Node
 }
 
+// Remade is the workload made again for s when it is gone (deleted by
+// hand, or lost with a state rebuilt from the copies): Desired with no
+// secondary of its own yet. Each listed copy's daemon then raises it by
+// its own pinned pod (Adopt), so that the copies that exist run first and
+// no new one is made on a node the ReplicaSet would pick; the volume's
+// sizer sizes it as Desired once its pods run.
+func Remade(s replica.State) Objects {
+	o := Desired(s)
+	o.Secondaries = 0
+	return o
+}
+
 // Desired computes the objects for s. While the volume is being deleted
 // (s.Deleting) the pods stay (each replica's volume manager destroys its
 // copy and leaves the list, retrying until it has; the pods go with the

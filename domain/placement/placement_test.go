@@ -131,3 +131,12 @@ func TestASurplusCopyLeavesAndAMissingOneStarts(t *testing.T) {
 		t.Fatalf("copy the ReplicaSet misses: %+v, want a pod, no leave", d)
 	}
 }
+
+// A workload made again runs no secondary of its own: the copies that
+// exist are raised into it by their daemons, none is made elsewhere.
+func TestARemadeWorkloadStartsWithNoSecondaryOfItsOwn(t *testing.T) {
+	s := replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Replicas: []replica.Replica{{Node: "a", Snapshot: 3, SnapshotEpoch: 1}, {Node: "b", Snapshot: 3, SnapshotEpoch: 1}}}
+	if o := Remade(s); o.Secondaries != 0 || o.MinAvailable != Desired(s).MinAvailable {
+		t.Fatalf("Remade = %+v, want no secondaries and Desired's budget %+v", o, Desired(s))
+	}
+}
