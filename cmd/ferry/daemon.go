@@ -200,7 +200,7 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 		}
 		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"))
 		// Lost states rebuilt from the copies (replica.Rediscover).
-		dir := directory.New(api.kube, o.Namespace, o.DriverName)
+		dir := directory.New(api.kube, o.Namespace, o.DriverName, csi.TopologyKey)
 		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, mount.Table{}, dir, dir, events, log.Named("rediscover"))
 		listeners = append(listeners, rediscoverer.Saw)
 	}

@@ -1,8 +1,11 @@
 // Package directory is ports.NodeDirectory and ports.VolumeDirectory on
-// the Kubernetes API: the nodes Ferry's node DaemonSet has a pod on
-// (running or not: a node that is down still has its pod), whether a Node
-// object exists, and whether a PersistentVolume of Ferry's driver with a
-// volume handle exists. Reads only.
+// the Kubernetes API: the nodes Ferry runs on (those the node DaemonSet
+// has a pod on, running or not: a node that is down still has its pod;
+// and those carrying Ferry's topology label, which the kubelet set when
+// Ferry registered there: a node whose daemon pod is being replaced at
+// that moment is not missed), whether a Node object exists, and whether
+// a PersistentVolume of Ferry's driver with a volume handle exists. Reads
+// only.
 package directory
 
 import (
@@ -28,6 +31,7 @@ type Directory struct {
 	client    kubernetes.Interface
 	namespace string // Ferry's: where the node DaemonSet runs
 	driver    string
+	topology  string // the topology label's key the kubelet sets for Ferry
 }
 
 var (
@@ -36,13 +40,19 @@ var (
 )
 
 // New returns the directory of the cluster client reaches; namespace is
-// the node DaemonSet's, driver the CSI driver name.
-func New(client kubernetes.Interface, namespace, driver string) *Directory {
-	return &Directory{client: client, namespace: namespace, driver: driver}
+// the node DaemonSet's, driver the CSI driver name, topologyKey the key of
+// its topology label on nodes.
+func New(client kubernetes.Interface, namespace, driver, topologyKey string) *Directory {
+	return &Directory{client: client, namespace: namespace, driver: driver, topology: topologyKey}
 }
 
-// FerryNodes lists the nodes the node DaemonSet has a pod scheduled on.
+// FerryNodes lists the nodes the node DaemonSet has a pod scheduled on,
+// and those carrying Ferry's topology label.
 func (d *Directory) FerryNodes(ctx context.Context) ([]replica.Node, error) {
+	labelled, err := d.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: d.topology})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes Ferry registered on: %w", err)
+	}
 	pods, err := d.client.CoreV1().Pods(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: DaemonSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list the node daemon's pods: %w", err)
@@ -51,6 +61,11 @@ func (d *Directory) FerryNodes(ctx context.Context) ([]replica.Node, error) {
 	for _, p := range pods.Items {
 		if n := replica.Node(p.Spec.NodeName); n != "" && !slices.Contains(nodes, n) {
 			nodes = append(nodes, n)
+		}
+	}
+	for _, n := range labelled.Items {
+		if !slices.Contains(nodes, replica.Node(n.Name)) {
+			nodes = append(nodes, replica.Node(n.Name))
 		}
 	}
 	slices.Sort(nodes)

@@ -31,14 +31,16 @@ func TestTheDirectoryReadsFerrysNodesNodesAndVolumes(t *testing.T) {
 		pod("ferry-node-1", "n2", daemon), pod("ferry-node-2", "n1", daemon), pod("ferry-node-3", "", daemon), // not scheduled yet
 		pod("replica", "n3", map[string]string{"app.kubernetes.io/name": "ferry", "app.kubernetes.io/component": "replica"}),
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		// Its daemon pod being replaced: the kubelet's label says Ferry ran there.
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n4", Labels: map[string]string{"topology.ferry.zfs.csi.io/node": "n4"}}},
 		pv("pvc-a", "ferry.zfs.csi.io", "pvc-a"), pv("pvc-other", "other.csi.io", "pvc-b"),
 	)
-	d := directory.New(c, "ferry-system", "ferry.zfs.csi.io")
+	d := directory.New(c, "ferry-system", "ferry.zfs.csi.io", "topology.ferry.zfs.csi.io/node")
 	nodes, err := d.FerryNodes(ctx)
-	if err != nil || !slices.Equal(nodes, []replica.Node{"n1", "n2"}) {
-		t.Fatalf("FerryNodes = %v, %v; want the daemon's scheduled nodes n1 and n2", nodes, err)
+	if err != nil || !slices.Equal(nodes, []replica.Node{"n1", "n2", "n4"}) {
+		t.Fatalf("FerryNodes = %v, %v; want the daemon's scheduled nodes n1 and n2, and n4 Ferry registered on", nodes, err)
 	}
-	for n, want := range map[replica.Node]bool{"n1": true, "n2": false} {
+	for n, want := range map[replica.Node]bool{"n1": true, "n2": false, "n4": true} {
 		if got, err := d.NodeExists(ctx, n); err != nil || got != want {
 			t.Errorf("NodeExists(%s) = %v, %v; want %v", n, got, err, want)
 		}
