@@ -29,16 +29,19 @@ func TestTheCRDIsDeletedOnlyOnceTheUninstallIsConfirmed(t *testing.T) {
 	}
 	// Policies take effect shortly after they are created: wait for the
 	// first refusal (a dry run deletes nothing meanwhile).
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.After(time.Minute)
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		err := crds.Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "ferry.zfs.csi.io/uninstall=confirmed") {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("the guard never refused the CRD's deletion: %v", err)
+		case <-poll.C:
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	if _, err := crds.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"ferry.zfs.csi.io/uninstall":"yes"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
