@@ -725,14 +725,18 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 	if err != nil {
 		return replica.LocalRead{}, err
 	}
-	info, err := r.store.GetVolume(ctx, r.cfg.Volume)
-	if errors.Is(err, ports.ErrNotFound) {
-		return replica.LocalRead{}, nil // gone in between
+	read := replica.LocalRead{Snaps: toSnaps(list), HasData: true}
+	if r.m.NeedsCapacity() {
+		info, err := r.store.GetVolume(ctx, r.cfg.Volume)
+		if errors.Is(err, ports.ErrNotFound) {
+			return replica.LocalRead{}, nil // gone in between
+		}
+		if err != nil {
+			return replica.LocalRead{}, err
+		}
+		read.CapacityBytes, read.CapacityRead = info.CapacityBytes, true
 	}
-	if err != nil {
-		return replica.LocalRead{}, err
-	}
-	return replica.LocalRead{Snaps: toSnaps(list), HasData: true, CapacityBytes: info.CapacityBytes}, nil
+	return read, nil
 }
 
 // toSnaps keeps the replication snapshots of a listing; each carries its

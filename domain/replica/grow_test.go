@@ -18,7 +18,7 @@ var held = []Snap{{Number: 3, Epoch: 1, GUID: 13}}
 func TestGrowAReceivedCopyTakesTheVolumesSize(t *testing.T) {
 	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 5, AllowedLag: 1})
 	_ = m.Step(Observed{State: grownState(100)})
-	_ = m.Step(LocalRead{Snaps: held, HasData: true}) // received: no quota
+	_ = m.Step(LocalRead{Snaps: held, HasData: true, CapacityRead: true}) // received: no quota
 	a, ok := m.Next()
 	if g, isGrow := a.(Grow); !ok || !isGrow || g.Bytes != 100 {
 		t.Fatalf("a copy without the volume's size: %T %+v, want Grow to 100", a, a)
@@ -48,7 +48,7 @@ func TestGrowNothingWhenTheSizeIsUnknownOrTheCopyIsLarger(t *testing.T) {
 		if !c.hasData {
 			snaps = nil
 		}
-		_ = m.Step(LocalRead{Snaps: snaps, HasData: c.hasData, CapacityBytes: c.local})
+		_ = m.Step(LocalRead{Snaps: snaps, HasData: c.hasData, CapacityBytes: c.local, CapacityRead: true})
 		if a, ok := m.Next(); ok {
 			if _, grow := a.(Grow); grow {
 				t.Errorf("%s: %+v", name, a)
@@ -63,7 +63,7 @@ func TestGrowAFailureIsAlertedOnceAndDoesNotStopReplication(t *testing.T) {
 	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 5, AllowedLag: 1})
 	s := grownState(100)
 	_ = m.Step(Observed{State: s})
-	_ = m.Step(LocalRead{Snaps: held, HasData: true})
+	_ = m.Step(LocalRead{Snaps: held, HasData: true, CapacityRead: true})
 	a, _ := m.Next()
 	_ = m.Step(ActionDone{Action: a, Err: errTest})
 	_ = m.Step(Tick{}) // the failure's back-off
@@ -86,5 +86,44 @@ func TestGrowAFailureIsAlertedOnceAndDoesNotStopReplication(t *testing.T) {
 	_ = m.Step(Observed{State: s})
 	if a, _ := m.Next(); a != (Grow{Bytes: 100}) {
 		t.Fatalf("after the wait: %T %+v, want Grow tried again", a, a)
+	}
+}
+
+// The copy's size is read only when the machine does not know it: once,
+// and again after a full receive made a new dataset; an incremental
+// receive or a snapshot costs no read of it.
+func TestGrowTheCopysSizeIsReadOnlyWhenUnknown(t *testing.T) {
+	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 5, AllowedLag: 1})
+	_ = m.Step(Observed{State: grownState(100)})
+	if !m.NeedsCapacity() {
+		t.Fatal("a machine that never read the copy's size does not ask for it")
+	}
+	_ = m.Step(LocalRead{Snaps: held, HasData: true, CapacityBytes: 100, CapacityRead: true})
+	if m.NeedsCapacity() {
+		t.Fatal("asks for a size it knows")
+	}
+	base := held[0]
+	done := func(a Action) {
+		t.Helper()
+		m.outstanding = a // as if Next had decided it
+		if err := m.Step(ActionDone{Action: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done(Fetch{Peer: "a", Base: &base, Target: Snap{Number: 4, Epoch: 1, GUID: 14}})
+	if m.NeedsCapacity() {
+		t.Fatal("an incremental receive made it ask for the size again")
+	}
+	done(Fetch{Peer: "a", Target: Snap{Number: 4, Epoch: 1, GUID: 14}})
+	if !m.NeedsCapacity() {
+		t.Fatal("after a full receive (a new dataset, no quota) it does not ask for the size")
+	}
+	// Until it is read, no Grow is decided on a size it does not know.
+	_ = m.Step(Observed{State: grownState(100)})
+	_ = m.Step(LocalRead{Snaps: held, HasData: true})
+	if a, ok := m.Next(); ok {
+		if _, grow := a.(Grow); grow {
+			t.Fatalf("a Grow decided on an unknown size: %+v", a)
+		}
 	}
 }

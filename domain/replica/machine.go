@@ -91,12 +91,14 @@ type Machine struct {
 	volumeGone  bool
 	left        bool
 	alerted     string // the conflict last alerted, so it is said once
-	// capacity is the local copy's size as last read or grown;
-	// growFailed why the last Grow failed (alerted once), growWait the
-	// ticks before it is tried again (replication goes on meanwhile).
-	capacity   int64
-	growFailed string
-	growWait   int
+	// capacity is the local copy's size as last read or grown (known:
+	// read since the copy was last made by a full receive); growFailed
+	// why the last Grow failed (alerted once), growWait the ticks before
+	// it is tried again (replication goes on meanwhile).
+	capacity      int64
+	capacityKnown bool
+	growFailed    string
+	growWait      int
 }
 
 // SnapshotEvery is the primary's snapshot interval in ticks: the
@@ -136,8 +138,11 @@ type LocalRead struct {
 	HasData   bool
 	Unchanged bool
 	// CapacityBytes is the local copy's size (its quota and reservation;
-	// 0: none, as a received copy has, or no copy).
+	// 0: none, as a received copy has, or no copy), when CapacityRead:
+	// it is read only when the machine asks (NeedsCapacity), else the
+	// machine keeps what it knew.
 	CapacityBytes int64
+	CapacityRead  bool
 }
 
 // PeerRead: the replication snapshots a peer holds.
@@ -376,8 +381,13 @@ func (m *Machine) Step(ev Event) error {
 		m.stale = m.viewed // with no view at all, nothing is decided
 	case LocalRead:
 		m.local, m.haveLocal = sorted(e.Snaps), true
-		m.capacity = e.CapacityBytes
+		if e.CapacityRead {
+			m.capacity, m.capacityKnown = e.CapacityBytes, true
+		}
 		m.hasData = e.HasData || len(e.Snaps) > 0
+		if !m.hasData {
+			m.capacityKnown = false // no copy: the next one is made by a receive
+		}
 		m.unchanged = e.Unchanged && len(e.Snaps) > 0
 	case PeerRead:
 		m.peer, m.peerSnaps, m.havePeer = e.Peer, sorted(e.Snaps), true
@@ -436,6 +446,9 @@ func (m *Machine) done(e ActionDone) {
 		}
 	case Fetch:
 		m.haveLocal, m.havePeer, m.haveState = false, false, false
+		if a.Base == nil {
+			m.capacityKnown = false // a full receive makes a new dataset, with no quota
+		}
 		switch {
 		case e.Err == nil:
 			m.avoid = nil
@@ -458,7 +471,7 @@ func (m *Machine) done(e ActionDone) {
 			m.forgetTarget(a.Target)
 		}
 	case Replace:
-		m.haveLocal, m.havePeer, m.haveState = false, false, false
+		m.haveLocal, m.havePeer, m.haveState, m.capacityKnown = false, false, false, false
 		if e.Err == nil {
 			m.avoid = nil
 		} else {
@@ -660,6 +673,12 @@ func (m *Machine) Wake() int {
 	return -1
 }
 
+// NeedsCapacity reports whether the next local read must read the copy's
+// size: the volume's is known and the copy's is not (never read, or the
+// copy made again by a full receive since). Only then does a listing
+// cost a read of the size.
+func (m *Machine) NeedsCapacity() bool { return m.state.CapacityBytes > 0 && !m.capacityKnown }
+
 // NeedsLocal reports whether the machine's view of the local store is
 // stale (never read, changed by its own action since, or contradicted by
 // its entry in the shared state): the caller lists the store before the
@@ -679,7 +698,7 @@ const growRetryTicks = 64
 // does not tell (0: made before it did).
 func (m *Machine) grow() (Action, bool) {
 	want := m.state.CapacityBytes
-	if want <= 0 || !m.hasData || m.capacity >= want {
+	if want <= 0 || !m.hasData || !m.capacityKnown || m.capacity >= want {
 		return nil, false
 	}
 	if m.growFailed != "" && m.alerted != m.growFailed {
