@@ -63,19 +63,8 @@ func newRecordWorld(t *testing.T, st replica.State) *recordWorld {
 // the record does not restart them a second time later.
 func TestAWatchdogsRecordOfAVolumeTheGuardFencedGoesWithTheGuardsGiveBack(t *testing.T) {
 	ctx := context.Background()
-	w := newRecordWorld(t, primaryState("rep", "a", "b"))
-	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
-	if err := w.g.RenewOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w.g.Check(ctx)
 	// The lease ran out: the watchdog fenced and recorded, the guard fences.
-	_ = w.box.Record("rep", "the deadline passed")
-	w.clock.set(5 * time.Second)
-	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
-	_ = w.g.RenewOnce(ctx)
-	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
-	w.g.Check(ctx)
+	w := fencedWithRecord(t, "the deadline passed")
 	if w.g.Fenced("rep") == "" {
 		t.Fatal("the guard did not fence rep")
 	}
@@ -180,18 +169,7 @@ func TestAClaimWaitsForTheGiveBackOfAWatchdogsFence(t *testing.T) {
 // pod its controller had just started again), and it is cleared.
 func TestTheSameRecordReadAgainAfterItsGiveBackRestartsNothing(t *testing.T) {
 	ctx := context.Background()
-	w := newRecordWorld(t, primaryState("rep", "a", "b"))
-	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
-	if err := w.g.RenewOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w.g.Check(ctx)
-	_ = w.box.Record("rep", "the deadline passed [spell at 5s]")
-	w.clock.set(5 * time.Second)
-	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
-	_ = w.g.RenewOnce(ctx)
-	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
-	w.g.Check(ctx)
+	w := fencedWithRecord(t, "the deadline passed [spell at 5s]")
 	w.clock.set(6 * time.Second)
 	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
 	if err := w.g.RenewOnce(ctx); err != nil {
@@ -207,4 +185,24 @@ func TestTheSameRecordReadAgainAfterItsGiveBackRestartsNothing(t *testing.T) {
 	if got, _ := w.box.Recorded(); len(got) != 0 {
 		t.Fatalf("records left: %v", got)
 	}
+}
+
+// fencedWithRecord is a guard of node a, primary of rep, whose lease ran
+// out at 5 s: the watchdog recorded record, and the guard fenced rep.
+func fencedWithRecord(t *testing.T, record string) *recordWorld {
+	t.Helper()
+	ctx := context.Background()
+	w := newRecordWorld(t, primaryState("rep", "a", "b"))
+	w.lease.EXPECT().Renew(gomock.Any()).Return(nil)
+	if err := w.g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.g.Check(ctx)
+	_ = w.box.Record("rep", record)
+	w.clock.set(5 * time.Second)
+	w.lease.EXPECT().Renew(gomock.Any()).Return(errors.New("connection refused"))
+	_ = w.g.RenewOnce(ctx)
+	w.fencer.EXPECT().Fence(gomock.Any(), gomock.Any(), gomock.Any()).Return(nil, nil).Times(1)
+	w.g.Check(ctx)
+	return w
 }
