@@ -71,7 +71,8 @@ e2e-k8s-dry-run: ## list the External Storage specs e2e-k8s-suite selects (no cl
 e2e-k8s-suite: ## run the External Storage suite against Ferry on the running cluster (make cluster-up cluster-deploy first)
 	tests/e2e/run.sh
 
-unit: zfs-up ## unit, contract (memstore and real ZFS) and app tests
+unit: ## unit, contract (memstore and real ZFS) and app tests (on a fresh zfs-fuse when it serves no pool)
+	ZFS_UP_FRESH=1 tests/scripts/zfs-up.sh
 	$(GOTEST) -count=1 ./...
 
 $(TOOLS)/csi-sanity:

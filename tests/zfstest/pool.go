@@ -7,12 +7,16 @@
 package zfstest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,10 +38,49 @@ func Require(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("real-ZFS tests need root")
 	}
-	if out, err := exec.Command("zpool", "list", "-H", "-o", "name").CombinedOutput(); err != nil {
-		t.Fatalf("zfs is installed but not usable (is the zfs-fuse daemon running? `make zfs-up` starts it): %v: %s", err, out)
+	if err := serialize(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "zpool", "list", "-H", "-o", "name").CombinedOutput(); err != nil {
+		t.Fatalf("zfs is installed but not usable (is the zfs-fuse daemon running, and answering? `make zfs-up` starts it, or starts a wedged one again): %v: %s", err, out)
 	}
 }
+
+var (
+	lockOnce sync.Once
+	lockErr  error
+)
+
+// serialize makes this test process the only one using ZFS until it
+// exits: `go test ./...` runs packages in parallel, and zfs-fuse, shared
+// by all of them, has wedged under several processes creating,
+// exporting and destroying pools at once. The lock is an flock on
+// Dir/.lock, released by the kernel when the process ends however it
+// ends.
+func serialize() error {
+	lockOnce.Do(func() {
+		if err := os.MkdirAll(Dir, 0o755); err != nil {
+			lockErr = err
+			return
+		}
+		f, err := os.OpenFile(filepath.Join(Dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			lockErr = err
+			return
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			lockErr = fmt.Errorf("zfstest: lock %s: %w", f.Name(), err)
+			return
+		}
+		held = f // never closed: the lock lasts as long as the process
+	})
+	return lockErr
+}
+
+var held *os.File
 
 // Pool is a pool on a sparse file, destroyed when the test ends.
 type Pool struct {
