@@ -27,11 +27,15 @@ type Placement struct {
 	// copies and answers rebuilt states' surveys, every Period, before
 	// the Adopter (which then runs the copies listed).
 	Rediscoverer *Rediscoverer
-	Adopter      *Adopter // nil: no volume managers started here
-	Feed         ports.StateFeed
-	Listeners    []func(ports.StateChange)
-	Period       time.Duration
-	Log          *zap.Logger
+	// Retirer (nil: none) takes the entries of copies gone for good out
+	// of the states (a deleted node's, this node's when its pool holds no
+	// copy), every Period, before the Adopter.
+	Retirer   *Retirer
+	Adopter   *Adopter // nil: no volume managers started here
+	Feed      ports.StateFeed
+	Listeners []func(ports.StateChange)
+	Period    time.Duration
+	Log       *zap.Logger
 }
 
 // Run loops until ctx ends.
@@ -63,6 +67,11 @@ func (p *Placement) Run(ctx context.Context) {
 		if p.Rediscoverer != nil && full {
 			if err := p.Rediscoverer.Sync(ctx); err != nil && ctx.Err() == nil {
 				p.Log.Warn("lost states not all rebuilt or answered", zap.Error(err))
+			}
+		}
+		if p.Retirer != nil && full {
+			if err := p.Retirer.Sync(ctx); err != nil && ctx.Err() == nil {
+				p.Log.Warn("departed copies not all retired", zap.Error(err))
 			}
 		}
 		if p.Adopter != nil && full {

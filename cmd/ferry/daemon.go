@@ -193,6 +193,7 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 	labeler := orchestration.NewLabeler(node, store, api.states, nodelabels.New(api.kube), log.Named("placement"))
 	var adopter *orchestration.Adopter
 	var rediscoverer *orchestration.Rediscoverer
+	var retirer *orchestration.Retirer
 	listeners := []func(ports.StateChange){vols.Apply}
 	if api.workload != nil {
 		leave := func(ctx context.Context, id volume.ID) error {
@@ -202,7 +203,9 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 		// Lost states rebuilt from the copies (replica.Rediscover).
 		dir := directory.New(api.kube, o.Namespace, o.DriverName, csi.TopologyKey)
 		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, mount.Table{}, dir, dir, events, log.Named("rediscover"))
-		listeners = append(listeners, rediscoverer.Saw)
+		// Copies gone for good (a deleted node's, an empty pool's) retired.
+		retirer = orchestration.NewRetirer(node, store, api.states, dir, api.workload, events, log.Named("retire"))
+		listeners = append(listeners, rediscoverer.Saw, retirer.Saw)
 	}
 	// The feed keeps the Guard's view (every change, none dropped; a slow
 	// reader gets each volume's newest), updated before the placement's
@@ -212,7 +215,7 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 			takers.Forget(c.Volume) // deleted: no term of it here
 		}
 	}
-	placement := &orchestration.Placement{Labeler: labeler, Rediscoverer: rediscoverer, Adopter: adopter, Feed: api.states,
+	placement := &orchestration.Placement{Labeler: labeler, Rediscoverer: rediscoverer, Retirer: retirer, Adopter: adopter, Feed: api.states,
 		Listeners: append(listeners, forget), Period: o.PlacementPeriod, Log: log.Named("placement")}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
