@@ -54,6 +54,12 @@ func NewCA(dir, name string) (*CA, error) {
 // Issue makes a peer certificate for node, valid for server and client
 // use, with the SANs "ferry-peer", localhost and 127.0.0.1.
 func (ca *CA) Issue(node string) (Files, error) {
+	return ca.IssueUntil(node, time.Now().Add(24*time.Hour))
+}
+
+// IssueUntil is Issue with the certificate's end of validity (in the
+// past: an expired certificate). It writes node's files again.
+func (ca *CA) IssueUntil(node string, notAfter time.Time) (Files, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Files{}, err
@@ -61,8 +67,8 @@ func (ca *CA) Issue(node string) (Files, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: node},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notAfter.Add(-48 * time.Hour),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"ferry-peer", "localhost"},
