@@ -36,7 +36,7 @@ const DefaultServerName = "ferry-peer"
 type keyring struct {
 	files TLSFiles
 
-	mu      sync.Mutex
+	mu   sync.Mutex
 	raw  [3][]byte // cert, key, CA as last loaded
 	cert tls.Certificate
 	pool *x509.CertPool
