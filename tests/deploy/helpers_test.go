@@ -177,3 +177,14 @@ func (m *manifests) hasNodeLabelPolicy() bool {
 	}
 	return policy && bound
 }
+
+// hasServiceAccount reports whether the manifests define the ServiceAccount
+// name in their namespace.
+func (m *manifests) hasServiceAccount(name string) bool {
+	for _, o := range m.objects {
+		if o.gvk.Kind == "ServiceAccount" && o.name() == name && (o.meta.GetNamespace() == "" || o.meta.GetNamespace() == m.namespace) {
+			return true
+		}
+	}
+	return false
+}

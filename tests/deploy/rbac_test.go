@@ -2,6 +2,8 @@ package deploy_test
 
 import (
 	"fmt"
+	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -205,5 +207,46 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The admission policies grant and restrict by the caller's name: each
+// names Ferry's accounts in full, in the namespace the driver is installed
+// to, so an account of the same name in another namespace (anyone who may
+// create ServiceAccounts there) is never taken for Ferry's.
+func TestAdmissionPoliciesNameFerrysAccountsInFerrysNamespaceOnly(t *testing.T) {
+	m := mustLoad(t)
+	account := regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]*:?[a-z0-9.-]*`)
+	seen := 0
+	for _, dir := range kustomizations {
+		k, err := readKustomization(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range k.Resources {
+			docs, err := readDocuments(path.Join(dir, r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range docs {
+				if !strings.Contains(string(d.data), "kind: ValidatingAdmissionPolicy\n") {
+					continue
+				}
+				text := string(d.data)
+				if strings.Contains(text, "username.endsWith") || strings.Contains(text, "username.startsWith") {
+					t.Errorf("%s matches a caller by a part of its name: name Ferry's accounts in full", d)
+				}
+				for _, a := range account.FindAllString(text, -1) {
+					seen++
+					parts := strings.Split(a, ":")
+					if len(parts) != 4 || parts[2] != m.namespace || !m.hasServiceAccount(parts[3]) {
+						t.Errorf("%s names %q: want system:serviceaccount:%s:<a ServiceAccount of the manifests>", d, a, m.namespace)
+					}
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no admission policy names Ferry's accounts")
 	}
 }

@@ -58,6 +58,14 @@ func TestOnlyFerryDeletesAReplicatedVolumeAndTheFinalizerHoldsItUntilTheLastCopy
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// An account named like the node daemon's in another namespace is not
+	// Ferry's: its deletion is refused like anyone else's.
+	impostorCfg := rest.CopyConfig(cfg)
+	impostorCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:elsewhere:ferry-node"}
+	impostor := dynamic.NewForConfigOrDie(impostorCfg).Resource(rvapi.GVR)
+	if err := impostor.Delete(ctx, "pvc-del", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "delete its PersistentVolumeClaim") {
+		t.Fatalf("an account named ferry-node outside ferry-system deleting a ReplicatedVolume: %v, want the policy's refusal", err)
+	}
 	patch := func(what, p string) error {
 		_, err := replicaRVs.Patch(ctx, "pvc-del", types.MergePatchType, []byte(p), metav1.PatchOptions{})
 		return err
