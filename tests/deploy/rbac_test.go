@@ -156,6 +156,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				// and back; delete: a lost node's pods of a volume taken over
 				// (grace 0, UID precondition; app/failover).
 				"pods": {"create", "patch", "delete"},
+				// patch: the one ConfigMap listing the nodes it fenced
+				// (admission-pod-deletions.yaml reads it).
+				"configmaps": {"patch"},
 			}
 			var bad []string
 			for _, r := range pr.Resources {
@@ -163,6 +166,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 					if !slices.Contains(allowed[r], v) {
 						bad = append(bad, v+" "+r)
 					}
+				}
+				if r == "configmaps" && !slices.Equal(pr.ResourceNames, []string{"ferry-fenced-nodes"}) {
+					bad = append(bad, fmt.Sprintf("configmaps %q (only ferry-fenced-nodes)", pr.ResourceNames))
 				}
 			}
 			if len(bad) > 0 || (len(pr.NonResourceURLs) > 0 && len(matching(pr.Verbs, isWrite)) > 0) {

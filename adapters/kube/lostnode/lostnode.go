@@ -99,9 +99,58 @@ func (e *Effects) Tainted(ctx context.Context, node replica.Node) (bool, error) 
 	return false, nil
 }
 
+// FencedNodes is the ConfigMap, in the replicas' namespace, listing the
+// nodes Ferry fenced (a key per node): deploy's admission policy
+// (admission-pod-deletions.yaml) lets the node daemon delete pods only on
+// its own node and on a node listed there, so a daemon cannot delete
+// pods anywhere it likes, and every node it claims is fenced is on record.
+const FencedNodes = "ferry-fenced-nodes"
+
+// fencedValue is the value of a fenced node's key in FencedNodes.
+const fencedValue = "fenced"
+
 // Taint sets (on) or removes Ferry's taint on node, by compare-and-swap
-// of the node (other taints are kept as they are).
+// of the node (other taints are kept as they are), and lists the node in
+// FencedNodes (before its pods may be deleted) or takes it off (before
+// the taint is lifted).
 func (e *Effects) Taint(ctx context.Context, node replica.Node, on bool) error {
+	if !on {
+		if err := e.listFenced(ctx, node, false); err != nil {
+			return err
+		}
+	}
+	if err := e.taint(ctx, node, on); err != nil {
+		return err
+	}
+	if on {
+		return e.listFenced(ctx, node, true)
+	}
+	return nil
+}
+
+// listFenced adds node to FencedNodes, or takes it off (a JSON merge
+// patch of its one key: daemons fencing other nodes at once do not
+// conflict; writing what is there already writes nothing).
+func (e *Effects) listFenced(ctx context.Context, node replica.Node, on bool) error {
+	if e.replicas == "" {
+		return nil
+	}
+	var v any
+	if on {
+		v = fencedValue
+	}
+	body, err := json.Marshal(map[string]any{"data": map[string]any{string(node): v}})
+	if err != nil {
+		return err
+	}
+	_, err = e.client.CoreV1().ConfigMaps(e.replicas).Patch(ctx, FencedNodes, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry-daemon"})
+	if err != nil {
+		return fmt.Errorf("list node %s as fenced (%v) in ConfigMap %s/%s (deploy/fenced-nodes.yaml): %w", node, on, e.replicas, FencedNodes, err)
+	}
+	return nil
+}
+
+func (e *Effects) taint(ctx context.Context, node replica.Node, on bool) error {
 	for attempt := 0; ; attempt++ {
 		n, err := e.client.CoreV1().Nodes().Get(ctx, string(node), metav1.GetOptions{})
 		if err != nil {

@@ -111,9 +111,17 @@ func TestTheLostNodesPrimaryReplicaPodOfTheVolumeIsForceDeletedTheReplicaSetsSta
 func TestTheTaintIsSetAndLiftedKeepingOtherTaintsAndThePlacementLabelGoes(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", ResourceVersion: "1", Labels: map[string]string{"replica.ferry.zfs.csi.io/pvc-1": "ready", "keep": "x"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "other", Effect: corev1.TaintEffectNoExecute}}}}
-	client := fake.NewClientset(node)
+	fenced := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: FencedNodes, Namespace: "ferry-system"}, Data: map[string]string{"node2": "fenced"}}
+	client := fake.NewClientset(node, fenced)
 	e := New(client, "ferry.zfs.csi.io", "ferry-system")
 	ctx := context.Background()
+	listed := func() map[string]string {
+		cm, err := client.CoreV1().ConfigMaps("ferry-system").Get(ctx, FencedNodes, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
 	for range 2 { // idempotent
 		if err := e.Taint(ctx, "node1", true); err != nil {
 			t.Fatal(err)
@@ -126,12 +134,18 @@ func TestTheTaintIsSetAndLiftedKeepingOtherTaintsAndThePlacementLabelGoes(t *tes
 	if on, err := e.Tainted(ctx, "node1"); !on || err != nil {
 		t.Fatalf("tainted %v %v", on, err)
 	}
+	if l := listed(); l["node1"] != "fenced" || l["node2"] != "fenced" {
+		t.Fatalf("the fenced node is not listed for the pod deletions' policy: %v", l)
+	}
 	if err := e.Taint(ctx, "node1", false); err != nil {
 		t.Fatal(err)
 	}
 	n, _ = client.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "other" {
 		t.Fatalf("taints after lifting %+v", n.Spec.Taints)
+	}
+	if l := listed(); len(l) != 1 || l["node2"] != "fenced" {
+		t.Fatalf("after lifting, the fenced list: %v (node2's entry is another fence's)", l)
 	}
 	if err := e.Unplace(ctx, "node1", "pvc-1"); err != nil {
 		t.Fatal(err)
