@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/adapters/csi"
+	"github.com/ferry-csi/ferry/adapters/daemonlock"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	"github.com/ferry-csi/ferry/adapters/kube/directory"
 	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
@@ -35,6 +38,10 @@ func daemonApp(o *Options) fx.Option {
 	relay := &promiseRelay{}
 	return fx.Options(
 		base(o, "daemon"),
+		// First of all: no duty starts while another daemon has the node
+		// (a surge's old pod), and the lock goes last, after every duty
+		// stopped.
+		fx.Invoke(func(lc fx.Lifecycle, log *zap.Logger) { nodeLock(lc, o, log) }),
 		storeModule(o.StoreOptions, o.DriverName),
 		daemonKubeModule(o),
 		csiModule(o),
@@ -48,6 +55,35 @@ func daemonApp(o *Options) fx.Option {
 		failoverModule(o, relay),
 		orchestrationModule(o),
 	)
+}
+
+// nodeLock holds the node's daemon lock (--node-lock) from the start of
+// the daemon to the end of its stop.
+func nodeLock(lc fx.Lifecycle, o *Options, log *zap.Logger) {
+	if o.NodeLock == "" {
+		return
+	}
+	var held *daemonlock.Lock
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			start := time.Now()
+			sock, err := csi.SocketPath(o.CSIEndpoint)
+			if err != nil {
+				return err
+			}
+			l, err := daemonlock.Acquire(ctx, daemonlock.Options{Path: o.NodeLock, Socket: sock,
+				Waiting: func(why string, since time.Duration) {
+					log.Info("waiting for the node's other daemon to stop", zap.String("why", why), zap.Duration("waited", since))
+				}})
+			if err != nil {
+				return fmt.Errorf("the node's daemon lock: %w", err)
+			}
+			held = l
+			log.Info("this daemon has the node", zap.String("lock", o.NodeLock), zap.Duration("waited", time.Since(start)))
+			return nil
+		},
+		OnStop: func(context.Context) error { return held.Release() },
+	})
 }
 
 // daemonKubeModule: the process's one Kubernetes client set (nil without

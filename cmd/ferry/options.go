@@ -58,6 +58,7 @@ type StoreOptions struct {
 // CSIOptions: the CSI services (daemon, controller).
 type CSIOptions struct {
 	CSIEndpoint string
+	NodeLock    string // the daemon's node lock (daemonlock)
 	KubeletDir  string // daemon: every pod target path lies below it
 	// daemon: registration with the kubelet (plugin registration API)
 	RegistrationDir  string
@@ -151,6 +152,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", volume.DefaultKubeletDir, "the kubelet's root directory (its --root-dir), as an absolute path without symlinks; NodePublishVolume mounts only below it")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "the kubelet's plugin registry directory, where the registration socket is served (default <kubelet-dir>/plugins_registry; none: do not register; skipped with a warning when it does not exist)")
 	fs.BoolVar(&o.ServeController, "serve-controller", false, "also serve the CSI Controller service on the node's socket, for provisioner and snapshotter sidecars deployed on every node (--node-deployment); volumes then grow on the node (default false)")
+	fs.StringVar(&o.NodeLock, "node-lock", "", "a lock file on a host directory: the daemon waits, before it starts anything, until no other daemon runs on the node (one holding the lock, or an earlier one still serving --csi-endpoint), so that a rolling update with a surge hands the node over from the old daemon to the new at once; empty: no wait")
 	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
 	kubeFlags(fs, o)
 	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
