@@ -19,5 +19,5 @@
 // passes (tests/contract); the others are tested with their adapters
 // (ARCHITECTURE.md, section 3).
 //
-//go:generate go tool mockgen -destination=mocks/mocks.go -package=mocks github.com/ferry-csi/ferry/ports SnapshotStore,MountTable,Mounter,ClusterState,Transport,EventRecorder,NodePlacement,ReplicaWorkload,ReplicaControl,Fencer,NodeLease,NodeLeases,FailoverEffects,PermitPublisher,PermitReader,FenceRecords,WriteLock,HolderStopper
+//go:generate go tool mockgen -destination=mocks/mocks.go -package=mocks github.com/ferry-csi/ferry/ports SnapshotStore,MountTable,Mounter,ClusterState,Transport,EventRecorder,NodePlacement,ReplicaWorkload,ReplicaRollout,ReplicaControl,Fencer,NodeLease,NodeLeases,FailoverEffects,PermitPublisher,PermitReader,FenceRecords,WriteLock,HolderStopper
 package ports

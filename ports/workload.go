@@ -53,3 +53,20 @@ type WorkloadStatus struct {
 	// may be leaving the volume, and a new one must not undo that.
 	OnNode bool
 }
+
+// ReplicaRollout rolls the volumes' replica pods to the version of the
+// daemon that runs it (placement.NextRoll decides which pod, and when).
+type ReplicaRollout interface {
+	// Current reports whether this daemon runs the deployment's current
+	// version (Kubernetes: the node DaemonSet's image): only such a daemon
+	// rolls pods to its own version, so that a daemon not yet updated in
+	// a roll never takes pods back.
+	Current(ctx context.Context) (bool, error)
+	// RolloutPods lists the volume's replica pods, each with whether it
+	// runs this daemon's version, after the volume's template (the pods
+	// its workload makes from now on) is set to that version.
+	RolloutPods(ctx context.Context, id volume.ID) ([]placement.RollPod, error)
+	// Renew restarts a replica pod's volume manager on this daemon's
+	// version in place: the pod, its node and its copy stay.
+	Renew(ctx context.Context, id volume.ID, pod string) error
+}

@@ -25,6 +25,21 @@ type Adopter struct {
 	workload ports.ReplicaWorkload
 	leave    LeaveFunc
 	log      *zap.Logger
+	// rollout (nil: none) rolls the replica pods of the volumes this
+	// node rolls (placement.Roller) to this daemon's version; rolling is
+	// set for one Sync when this daemon is the deployment's current one.
+	rollout ports.ReplicaRollout
+	rolling bool
+}
+
+// AdopterOption adds an optional duty to an adopter.
+type AdopterOption func(*Adopter)
+
+// WithRollout makes the adopter roll the replica pods of the volumes this
+// node rolls to this daemon's version, one pod at a time
+// (placement.NextRoll), while it is the deployment's current version.
+func WithRollout(r ports.ReplicaRollout) AdopterOption {
+	return func(a *Adopter) { a.rollout = r }
 }
 
 // LeaveFunc runs the safe-deletion protocol for this node's copy of a
@@ -34,8 +49,12 @@ type Adopter struct {
 type LeaveFunc func(ctx context.Context, id volume.ID) error
 
 // NewAdopter returns the adopter of node.
-func NewAdopter(node replica.Node, store Store, cluster ports.ClusterState, w ports.ReplicaWorkload, leave LeaveFunc, log *zap.Logger) *Adopter {
-	return &Adopter{node: node, store: store, cluster: cluster, workload: w, leave: leave, log: log}
+func NewAdopter(node replica.Node, store Store, cluster ports.ClusterState, w ports.ReplicaWorkload, leave LeaveFunc, log *zap.Logger, opts ...AdopterOption) *Adopter {
+	a := &Adopter{node: node, store: store, cluster: cluster, workload: w, leave: leave, log: log}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
 }
 
 // Sync looks at every local copy once; it returns the volumes whose pod
@@ -44,6 +63,14 @@ func (a *Adopter) Sync(ctx context.Context) ([]volume.ID, error) {
 	vols, err := a.store.ListVolumes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("adopt copies on %s: list local volumes: %w", a.node, err)
+	}
+	a.rolling = false
+	if a.rollout != nil {
+		current, err := a.rollout.Current(ctx)
+		if err != nil {
+			a.log.Warn("cannot tell whether this daemon is the deployment's current version: no replica pod is rolled", zap.Error(err))
+		}
+		a.rolling = current
 	}
 	var started []volume.ID
 	var errs []error
@@ -96,6 +123,11 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 			return false, err
 		}
 	}
+	if a.rolling && !st.Deleting && placement.Roller(st) == a.node {
+		if err := a.roll(ctx, id); err != nil {
+			a.log.Warn("the volume's replica pods were not rolled to this version", zap.String("volume", string(id)), zap.Error(err))
+		}
+	}
 	if ws.OnNode {
 		return false, nil
 	}
@@ -124,4 +156,22 @@ func (a *Adopter) one(ctx context.Context, id volume.ID) (bool, error) {
 	}
 	a.log.Info("started the volume manager of a local copy", zap.String("volume", string(id)), zap.String("reason", d.Reason))
 	return true, nil
+}
+
+// roll renews the next pod of volume id on this daemon's version, if one
+// may be renewed now.
+func (a *Adopter) roll(ctx context.Context, id volume.ID) error {
+	pods, err := a.rollout.RolloutPods(ctx, id)
+	if err != nil {
+		return err
+	}
+	r := placement.NextRoll(pods)
+	if r.Pod == "" {
+		return nil
+	}
+	if err := a.rollout.Renew(ctx, id, r.Pod); err != nil {
+		return err
+	}
+	a.log.Info("renewed a replica pod on this version", zap.String("volume", string(id)), zap.String("pod", r.Pod), zap.String("reason", r.Reason))
+	return nil
 }

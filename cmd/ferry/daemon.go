@@ -235,7 +235,9 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 		leave := func(ctx context.Context, id volume.ID) error {
 			return replication.LeaveHere(ctx, node, id, store, api.states, events, log.Named("adopt"))
 		}
-		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"))
+		// The replica pods roll to this daemon's version once it is the
+		// DaemonSet's current one (placement.NextRoll).
+		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"), orchestration.WithRollout(api.workload))
 		// Lost states rebuilt from the copies (replica.Rediscover).
 		dir := directory.New(api.kube, o.Namespace, o.DriverName, csi.TopologyKey)
 		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, mount.Table{}, dir, dir, events, log.Named("rediscover"))

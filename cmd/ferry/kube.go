@@ -1,6 +1,11 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
@@ -80,6 +85,9 @@ func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, mode string) 
 			return nil, err
 		}
 		tpl.AllowedLag = lag // the volume managers count the lag the survivors do
+		if mode == "daemon" {
+			tpl = followDaemon(kube, tpl)
+		}
 		api.workload, api.replicas = workload.New(kube, dyn, tpl), tpl.Namespace
 	}
 	return api, nil
@@ -116,4 +124,23 @@ func daemonTakers(o *Options, api *kubeAPI, log *zap.Logger) *failover.Takers {
 		return nil
 	}
 	return failover.NewTakers(replica.Node(o.NodeID), api.states, log.Named("takers"))
+}
+
+// followDaemon gives the replica pods the daemon's own image, and its
+// DaemonSet to roll them by (workload.FollowDaemon), when the daemon
+// knows its pod (POD_NAME and POD_NAMESPACE from the downward API) and can
+// read it; else the template's image, and no roll.
+func followDaemon(kube kubernetes.Interface, tpl workload.Template) workload.Template {
+	pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if pod == "" || ns == "" {
+		return tpl
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := workload.FollowDaemon(ctx, kube, tpl, ns, pod, "ferry")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ferry: the replica pods run the template's image %s, and are not rolled: %v\n", tpl.Image, err)
+		return tpl
+	}
+	return t
 }

@@ -83,7 +83,15 @@ type Template struct {
 	// manager (--allowed-lag) so that a copy's readiness and a takeover
 	// count the same lag: one source, never in Args.
 	AllowedLag uint64 `json:"-"`
+	// Daemon is the node DaemonSet whose daemon applies the template
+	// (FollowDaemon): its replica pods run the daemon's own image, and it
+	// rolls them to it while it is the DaemonSet's current one. Empty: the
+	// template's image, and no roll.
+	Daemon DaemonRef `json:"-"`
 }
+
+// DaemonRef names the node DaemonSet and its container running ferry.
+type DaemonRef struct{ Namespace, DaemonSet, Container string }
 
 // settingsOwnedElsewhere are volume-manager flags whose value has one
 // source other than the template: the daemon's own flag, or the volume's
