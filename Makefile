@@ -34,7 +34,7 @@ zfs-up: ## start zfs-fuse if no ZFS is usable (installs it on Debian)
 
 # A local Kubernetes cluster (3 nodes in network namespaces, one containerd,
 # kubelet and zfs-fuse pool each); see tests/cluster/README.md. Root only.
-.PHONY: e2e e2e-node-loss e2e-uninstall cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-k8s test-kubeapi
+.PHONY: e2e e2e-node-loss e2e-uninstall e2e-upgrade cluster-bins cluster-sidecars cluster-images cluster-up cluster-down cluster-smoke cluster-deploy test-cluster test-k8s test-kubeapi
 cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/.cache/ferry (slow once)
 	tests/cluster/build-bins.sh
 
@@ -144,7 +144,15 @@ test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real 
 K8S_TESTS := ^Test(AReplicatedClaim|Draining|RestartingTheDaemon|AStatefulSetPodMoves|ADeploymentWithRecreate|TwoPodsWanting)
 CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 30m -v $(1) ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
 test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
-	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)|$(NODE_LOSS_TESTS)|$(UNINSTALL_TESTS)')
+	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)|$(NODE_LOSS_TESTS)|$(UNINSTALL_TESTS)|$(UPGRADE_TESTS)')
+
+# Ferry rolled from the previous commit's image to this one while a pod
+# writes (tests/cluster/e2e-upgrade.sh builds the earlier image; from
+# another commit: FERRY_UPGRADE_FROM=<rev>). Prints "upgrade: N.N s, pause
+# max N.N s, lost writes: N".
+UPGRADE_TESTS := ^TestUpgrade
+e2e-upgrade: build ## on the running local cluster: Ferry rolled from the previous commit's image to this one under a writer: no takeover, no fence, no pod restarted, no write lost, every volume manager on the new image
+	tests/cluster/e2e-upgrade.sh
 
 # The driver uninstalled and installed again on the running cluster: it
 # deletes ferry-system, so it runs alone, after the others.

@@ -203,9 +203,14 @@ func readyPodNot(t *testing.T, ns, app, uid string, timeout time.Duration, why f
 
 // replicaPodNodes are the nodes of the volume's replica pods.
 func replicaPodNodes(t *testing.T, vol string) []string {
-	sum := sha256.Sum256([]byte(vol))
-	out, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume="+hex.EncodeToString(sum[:20]), "-o", "jsonpath={.items[*].spec.nodeName}")
+	out, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume="+volumeLabel(vol), "-o", "jsonpath={.items[*].spec.nodeName}")
 	return strings.Fields(out)
+}
+
+// volumeLabel is the value of the volume's label on its replica pods.
+func volumeLabel(vol string) string {
+	sum := sha256.Sum256([]byte(vol))
+	return hex.EncodeToString(sum[:20])
 }
 
 // tokenWriterSetYAML is writerSetYAML with the writer's own random token

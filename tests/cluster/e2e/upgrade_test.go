@@ -1,0 +1,159 @@
+//go:build cluster
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// install applies the cluster overlay of the source tree dir (a
+// release's manifests), its ferry:dev images named image instead when
+// image is set, and waits until the node DaemonSet's rollout is done.
+func install(t *testing.T, dir, image string) {
+	t.Helper()
+	out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "kustomize", filepath.Join(dir, "tests/cluster/overlay")).Output()
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	manifests := string(out)
+	if image != "" {
+		manifests = strings.ReplaceAll(manifests, "image: ferry:dev", "image: "+image)
+	}
+	must(t, manifests, "apply", "-f", "-")
+	must(t, "", "-n", "ferry-system", "rollout", "status", "daemonset/ferry-node", "--timeout=10m")
+}
+
+// replicaImages are the images of the volume's replica pods, as run.
+func replicaImages(t *testing.T, vol string) []string {
+	out, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume="+volumeLabel(vol), "-o",
+		`jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}={.status.containerStatuses[0].image}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+	return strings.Fields(out)
+}
+
+// The upgrade (README: Upgrade): Ferry installed at an earlier commit
+// (its manifests and its image), a pod writing to a replicated volume, then Ferry rolled to this
+// commit's image (the DaemonSet with a surge, the volume managers by the
+// daemons): no takeover (the same primary and epoch throughout), no
+// fence, the writer never restarted nor paused longer than the volume's
+// snapshot interval, no write lost, and every volume manager on the new
+// image.
+func TestUpgradeMovesNothing(t *testing.T) {
+	from, fromDir := os.Getenv("FERRY_UPGRADE_FROM_IMAGE"), os.Getenv("FERRY_UPGRADE_FROM_DIR")
+	if from == "" || fromDir == "" {
+		t.Fatal("FERRY_UPGRADE_FROM_IMAGE or FERRY_UPGRADE_FROM_DIR is not set: run make e2e-upgrade (it builds the earlier commit)")
+	}
+	const to = "ferry:dev"
+	install(t, fromDir, from)
+	t.Cleanup(func() {
+		if t.Failed() {
+			install(t, "../../..", "") // leave the cluster on this commit
+		}
+	})
+
+	ns := namespace(t)
+	const interval = 2 * time.Second // ferry-rf2's snapshotInterval
+	must(t, statefulSetRunning("upg", ` |
+          n=$(tail -n 1 /data/log 2>/dev/null | cut -d ' ' -f 1); n=${n:-0}
+          exec 3>>/data/log
+          while :; do n=$((n+1)); echo "$n $(date +%s%N | cut -c1-13)" >&3; sleep 0.05; done`), "-n", ns, "apply", "-f", "-")
+	pod, primary := podOf(t, ns, "upg", 180*time.Second)
+	vol := volumeOf(t, ns, "data-upg-0")
+	waitReady(t, vol)
+	eventually(t, "the replica pods on the earlier image", 180*time.Second, func() (bool, string) {
+		imgs := replicaImages(t, vol)
+		for _, i := range imgs {
+			if !strings.Contains(i, "="+from+"=") {
+				return false, strings.Join(imgs, " ")
+			}
+		}
+		return len(imgs) == 2, strings.Join(imgs, " ")
+	})
+	before, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := podUID(t, ns, pod)
+	fencedBefore, _ := os.ReadFile(fenceLog())
+
+	start := time.Now()
+	install(t, "../../..", "")
+	eventually(t, "every replica pod of the volume running "+to, 600*time.Second, func() (bool, string) {
+		imgs := replicaImages(t, vol)
+		for _, i := range imgs {
+			f := strings.Split(i, "=")
+			if len(f) != 4 || f[1] != to || strings.TrimPrefix(strings.TrimPrefix(f[2], "docker.io/"), "library/") != to || f[3] != "True" {
+				return false, strings.Join(imgs, " ")
+			}
+		}
+		return len(imgs) == 2, strings.Join(imgs, " ")
+	})
+	took := time.Since(start)
+
+	after, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status.Epoch != before.Status.Epoch || after.Status.Primary != primary || activeCount(after) != 1 {
+		t.Errorf("a takeover or handover during the upgrade: before epoch %d primary %s, after %+v", before.Status.Epoch, primary, after.Status)
+	}
+	if fencedAfter, _ := os.ReadFile(fenceLog()); string(fencedAfter) != string(fencedBefore) {
+		t.Errorf("a node was fenced during the upgrade: %s", fencedAfter)
+	}
+	if ev := volumeEvents(t, vol); strings.Contains(ev, "Fenced") || strings.Contains(ev, "TookOver") || strings.Contains(ev, "PodsEvicted") || strings.Contains(ev, "Unfenced") {
+		t.Errorf("fence or takeover events during the upgrade:\n%s", ev)
+	}
+	if got := podUID(t, ns, pod); got != uid {
+		t.Errorf("the writer pod was replaced during the upgrade (uid %s, was %s)", got, uid)
+	}
+	if rc := must(t, "", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[0].restartCount}"); strings.TrimSpace(rc) != "0" {
+		t.Errorf("the writer restarted %s times during the upgrade", rc)
+	}
+	// The writer's pauses, from its own log (a line every 50 ms).
+	out := must(t, "", "-n", ns, "exec", pod, "--", "cat", "/data/log")
+	var last, pause int64
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		ms, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if ms >= start.UnixMilli() && last != 0 {
+			pause = max(pause, ms-last)
+		}
+		last = ms
+	}
+	if time.Duration(pause)*time.Millisecond > interval {
+		t.Errorf("the writer paused %d ms during the upgrade, more than the snapshot interval %s", pause, interval)
+	}
+	// No write lost: stopped, the other copy holds the last line written.
+	must(t, "", "-n", ns, "scale", "statefulset", "upg", "--replicas=0")
+	var lost int
+	eventually(t, "both copies hold the writer's last line", 180*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil || activeCount(rv) != 0 || len(rv.Status.Replicas) != 2 {
+			return false, fmt.Sprintf("%+v %v", rv.Status, err)
+		}
+		var lasts []int
+		for _, r := range rv.Status.Replicas {
+			b, err := exec.Command("tail", "-n", "1", hostLogPath(t, r.Node, vol)).Output()
+			if err != nil {
+				return false, err.Error()
+			}
+			n, _ := strconv.Atoi(strings.Fields(string(b) + " 0")[0])
+			lasts = append(lasts, n)
+		}
+		lost = max(lasts[0]-lasts[1], lasts[1]-lasts[0])
+		return lost == 0, fmt.Sprintf("last lines %v", lasts)
+	})
+	fmt.Printf("upgrade: %.1f s, pause max %.1f s, lost writes: %d\n", took.Seconds(), float64(pause)/1000, lost)
+}
