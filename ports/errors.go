@@ -32,4 +32,8 @@ var (
 	// ErrUnsupported: the implementation cannot do this at all (a state
 	// store that cannot watch); the caller falls back (polls).
 	ErrUnsupported = errors.New("not supported by this implementation")
+	// ErrIncompatible: a peer or a stored object of a version this build
+	// does not speak (a rolling update's other side is too old or too
+	// new); upgrading the older side is the way out, not a retry.
+	ErrIncompatible = errors.New("incompatible version")
 )

@@ -29,6 +29,7 @@ type Resolver func(node replica.Node) (string, error)
 type Client struct {
 	resolve Resolver
 	creds   credentials.TransportCredentials
+	speaks  versions // the peer protocol versions it asks in
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 }
@@ -41,7 +42,7 @@ func NewClient(resolve Resolver, creds credentials.TransportCredentials) *Client
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return &Client{resolve: resolve, creds: creds, conns: map[string]*grpc.ClientConn{}}
+	return &Client{resolve: resolve, creds: creds, speaks: speaks, conns: map[string]*grpc.ClientConn{}}
 }
 
 // Close closes every connection.
@@ -66,11 +67,11 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(c.creds),
+	cc, err := grpc.NewClient(addr, append(clientVersioning(c.speaks), grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{})),
 		grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}))
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}))...)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s at %s: %v: %w", node, addr, err, ports.ErrUnavailable)
 	}
@@ -96,6 +97,8 @@ func fromStatus(node replica.Node, err error) error {
 		kind = ports.ErrUnavailable
 	case codes.Canceled:
 		kind = context.Canceled
+	case codes.FailedPrecondition:
+		kind = ports.ErrIncompatible
 	default:
 		return fmt.Errorf("peer %s: %s", node, st.Message())
 	}

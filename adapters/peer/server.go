@@ -55,21 +55,21 @@ var serviceDesc = grpc.ServiceDesc{
 	HandlerType: (*handler)(nil),
 	Methods: []grpc.MethodDesc{{
 		MethodName: "Snapshots",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		Handler: func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
 			var req SnapshotsRequest
 			if err := dec(&req); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-			return srv.(handler).snapshots(ctx, &req)
+			return intercepted(ctx, in, methodSnapshots, &req, func(ctx context.Context, _ any) (any, error) { return srv.(handler).snapshots(ctx, &req) })
 		},
 	}, {
 		MethodName: "Promise",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		Handler: func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
 			var req PromiseRequest
 			if err := dec(&req); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-			return srv.(handler).promise(ctx, &req)
+			return intercepted(ctx, in, methodPromise, &req, func(ctx context.Context, _ any) (any, error) { return srv.(handler).promise(ctx, &req) })
 		},
 	}},
 	Streams: []grpc.StreamDesc{{
@@ -85,6 +85,15 @@ var serviceDesc = grpc.ServiceDesc{
 	}},
 }
 
+// intercepted runs a unary handler through the server's interceptors
+// (the protocol's negotiation).
+func intercepted(ctx context.Context, in grpc.UnaryServerInterceptor, method string, req any, h grpc.UnaryHandler) (any, error) {
+	if in == nil {
+		return h(ctx, req)
+	}
+	return in(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, h)
+}
+
 // NewServer returns a peer server over store. creds are the server's mutual
 // TLS credentials (ServerTLS); nil means plaintext, which only tests and an
 // explicit --insecure-peer may ask for.
@@ -92,12 +101,17 @@ func NewServer(store Source, creds credentials.TransportCredentials, log *zap.Lo
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
+	return newServer(store, creds, log, speaks)
+}
+
+func newServer(store Source, creds credentials.TransportCredentials, log *zap.Logger, v versions) *Server {
 	s := &Server{store: store, log: log}
-	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
+	opts := append(serverVersioning(v), grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
 		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
 		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveTime / 2, PermitWithoutStream: true}))
+	s.grpc = grpc.NewServer(opts...)
 	s.grpc.RegisterService(&serviceDesc, s)
 	return s
 }
