@@ -126,7 +126,24 @@ type Status struct {
 	// was lost, and these nodes have not said yet what they hold
 	// (replica.State.Awaiting).
 	Awaiting []string `json:"awaiting,omitempty"`
+	// Format is the version of the status's layout (StateFormat) its
+	// writer used: a reader refuses one newer than it knows
+	// (MaxStateFormat) rather than misread it, or drop what it does not
+	// know when it writes the status back. 0: written before the field, 1.
+	Format int `json:"format,omitempty"`
 }
+
+// The status layout's versions. Within a format, the status only gains
+// optional fields an older reader may ignore and drop: a change an older
+// reader would misread, or lose by writing back, is a new format, written
+// only once no daemon or volume manager of a version that cannot read it
+// is left (a release after the one that reads it).
+const (
+	// StateFormat is the format this build writes.
+	StateFormat = 1
+	// MaxStateFormat is the newest format this build reads.
+	MaxStateFormat = 1
+)
 
 // ReplicaStatus is one node's copy (replica.Replica).
 type ReplicaStatus struct {
@@ -198,6 +215,7 @@ func FromState(s replica.State) ReplicatedVolume {
 			MaxLag:        int64(sum.MaxLag),
 			Epoch:         int64(s.Epoch),
 			Primary:       string(s.Primary),
+			Format:        StateFormat,
 		},
 	}
 	if sum.Newest.Number != 0 {
@@ -237,6 +255,10 @@ func snapshotRef(s replica.Snap) *SnapshotRef {
 // could not have written (negative numbers, malformed GUIDs): an object
 // edited by hand is reported, not trusted.
 func ToState(rv ReplicatedVolume) (replica.State, error) {
+	if rv.Status.Format > MaxStateFormat {
+		return replica.State{}, fmt.Errorf("ReplicatedVolume %s: its status is in format %d, written by a newer Ferry; this one reads formats up to %d (finish the upgrade): %w",
+			rv.Name, rv.Status.Format, MaxStateFormat, ports.ErrIncompatible)
+	}
 	s := replica.State{
 		Volume:            volume.ID(rv.Spec.VolumeID),
 		ReplicationFactor: rv.Spec.ReplicationFactor,

@@ -1,6 +1,8 @@
 package rvapi
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
 )
 
 func TestNamesAreValidForEveryVolumeID(t *testing.T) {
@@ -120,5 +123,25 @@ func TestARebuiltStatesAwaitedNodesAndTheSizeRoundTrip(t *testing.T) {
 	rv.Status.Awaiting = []string{"c", "b"}
 	if _, err := ToState(rv); err == nil {
 		t.Error("unsorted awaited nodes were accepted")
+	}
+}
+
+// The status carries its format: written as StateFormat, read when
+// absent (an older writer's) or known, refused when newer than this build
+// reads, naming both.
+func TestAStatusOfANewerFormatIsRefusedNotMisread(t *testing.T) {
+	s := replica.State{Volume: "pvc-f", ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []replica.Replica{{Node: "a", Snapshot: 1, SnapshotEpoch: 1}}}
+	rv := FromState(s)
+	if rv.Status.Format != StateFormat {
+		t.Fatalf("written format %d, want %d", rv.Status.Format, StateFormat)
+	}
+	rv.Status.Format = 0
+	if _, err := ToState(rv); err != nil {
+		t.Fatalf("a status written before the format field: %v", err)
+	}
+	rv.Status.Format = MaxStateFormat + 1
+	_, err := ToState(rv)
+	if !errors.Is(err, ports.ErrIncompatible) || !strings.Contains(err.Error(), fmt.Sprintf("format %d", MaxStateFormat+1)) {
+		t.Fatalf("a newer format: %v", err)
 	}
 }
