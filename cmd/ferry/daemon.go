@@ -44,7 +44,6 @@ func daemonApp(o *Options) fx.Option {
 		fx.Invoke(func(lc fx.Lifecycle, log *zap.Logger) { nodeLock(lc, o, log) }),
 		storeModule(o.StoreOptions, o.DriverName),
 		daemonKubeModule(o),
-		csiModule(o),
 		fx.Module("peers", fx.Invoke(
 			// One peer service per node can serve every volume of the
 			// pool. It also answers other nodes' requests for promises,
@@ -54,6 +53,11 @@ func daemonApp(o *Options) fx.Option {
 			})),
 		failoverModule(o, relay),
 		orchestrationModule(o),
+		// Last to start, first to stop: a stopping daemon drains its calls
+		// in flight (up to --stop-timeout) while its Lease is still renewed
+		// and its guard still fences, so that a slow NodePublish never
+		// leaves the node without a Lease during an upgrade.
+		csiModule(o),
 	)
 }
 
@@ -192,7 +196,10 @@ func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Snapshot
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
+		OnStart: func(startCtx context.Context) error {
+			if err := effects.EnsureFencedList(startCtx); err != nil {
+				log.Warn("the node daemon's pod deletions are refused until the list of fenced nodes exists", zap.Error(err))
+			}
 			go func() { defer func() { done <- struct{}{} }(); guard.Run(ctx) }()
 			go func() { defer func() { done <- struct{}{} }(); survivor.Run(ctx) }()
 			log.Info("renewing the node's lease with its peer address", zap.String("address", o.PeerAdvertise), zap.String("lease", o.Namespace+"/"+peerdir.LeaseName(node)),

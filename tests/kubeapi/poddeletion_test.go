@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -54,6 +55,9 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 	pod("app-pd", "own", "node-pd-a", claim, nil)
 	pod("app-pd", "lost", "node-pd-b", claim, nil)
 	pod("app-pd", "lost-no-claim", "node-pd-b", nil, nil)
+	pod("app-pd", "lost-ephemeral", "node-pd-b", []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}}}}}}, nil)
 	pod("app-pd", "elsewhere", "node-pd-c", claim, nil)
 	pod("ferry-system", "replica-lost", "node-pd-b", nil, map[string]string{rvapi.LabelVolume: "h"})
 	createPolicy(t, admin, "../../deploy/admission-pod-deletions.yaml")
@@ -103,7 +107,7 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	check("node-pd-b fenced", map[string]string{
-		"app-pd/own": "", "app-pd/lost": "", "ferry-system/replica-lost": "", "app-pd/lost-no-claim": noClaim, "app-pd/elsewhere": notFenced})
+		"app-pd/own": "", "app-pd/lost": "", "app-pd/lost-ephemeral": "", "ferry-system/replica-lost": "", "app-pd/lost-no-claim": noClaim, "app-pd/elsewhere": notFenced})
 	if err := effects.Taint(ctx, "node-pd-b", false); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +116,20 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	check("node-pd-b's fence lifted", map[string]string{"app-pd/lost": notFenced})
+	// The list deleted by hand: the daemon makes it again, with the node
+	// it fences.
+	if err := admin.CoreV1().ConfigMaps("ferry-system").Delete(ctx, lostnode.FencedNodes, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := effects.Taint(ctx, "node-pd-b", true); err != nil {
+		t.Fatalf("fence a node with the list deleted: %v", err)
+	}
+	if cm, err := admin.CoreV1().ConfigMaps("ferry-system").Get(ctx, lostnode.FencedNodes, metav1.GetOptions{}); err != nil || cm.Data["node-pd-b"] == "" {
+		t.Fatalf("the list of fenced nodes made again: %v %v", cm, err)
+	}
+	if err := effects.Taint(ctx, "node-pd-b", false); err != nil {
+		t.Fatal(err)
+	}
 	// Others are not concerned.
 	if err := admin.CoreV1().Pods("app-pd").Delete(ctx, "elsewhere", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("an administrator's deletion was refused: %v", err)

@@ -144,10 +144,49 @@ func (e *Effects) listFenced(ctx context.Context, node replica.Node, on bool) er
 		return err
 	}
 	_, err = e.client.CoreV1().ConfigMaps(e.replicas).Patch(ctx, FencedNodes, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ferry-daemon"})
+	if apierrors.IsNotFound(err) {
+		// Deleted by hand: the policy then refuses every deletion of the
+		// daemon's (it fails closed), until the list is there again.
+		data := map[string]string{}
+		if on {
+			data[string(node)] = fencedValue
+		}
+		err = e.createFencedList(ctx, data)
+	}
 	if err != nil {
 		return fmt.Errorf("list node %s as fenced (%v) in ConfigMap %s/%s (deploy/fenced-nodes.yaml): %w", node, on, e.replicas, FencedNodes, err)
 	}
 	return nil
+}
+
+// EnsureFencedList makes FencedNodes, empty, if it is missing (the
+// daemon's start): without it admission-pod-deletions.yaml refuses every
+// pod deletion of the daemon's, its own node's too.
+func (e *Effects) EnsureFencedList(ctx context.Context) error {
+	if e.replicas == "" {
+		return nil
+	}
+	_, err := e.client.CoreV1().ConfigMaps(e.replicas).Get(ctx, FencedNodes, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		err = e.createFencedList(ctx, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("the list of fenced nodes %s/%s: %w", e.replicas, FencedNodes, err)
+	}
+	return nil
+}
+
+func (e *Effects) createFencedList(ctx context.Context, data map[string]string) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: FencedNodes, Namespace: e.replicas,
+		Labels: map[string]string{"app.kubernetes.io/name": "ferry", "app.kubernetes.io/component": "node"}}, Data: data}
+	_, err := e.client.CoreV1().ConfigMaps(e.replicas).Create(ctx, cm, metav1.CreateOptions{FieldManager: "ferry-daemon"})
+	if apierrors.IsAlreadyExists(err) {
+		if len(data) == 0 {
+			return nil
+		}
+		return fmt.Errorf("%s/%s made meanwhile: %w", e.replicas, FencedNodes, ports.ErrConflict)
+	}
+	return err
 }
 
 func (e *Effects) taint(ctx context.Context, node replica.Node, on bool) error {
