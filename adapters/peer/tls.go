@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -21,6 +22,11 @@ type TLSFiles struct {
 	// ServerName is the name every peer certificate carries (a SAN), so
 	// that peers can be dialled by IP address.
 	ServerName string
+	// OnReject (nil: nothing) hears, once per content, why renewed files
+	// were not taken (unreadable, a key that is not the certificate's, a
+	// certificate expired or not signed by the CA): the last good pair
+	// stays in use meanwhile, and would otherwise expire unannounced.
+	OnReject func(error)
 }
 
 // DefaultServerName is the SAN Ferry's peer certificates carry.
@@ -31,15 +37,19 @@ const DefaultServerName = "ferry-peer"
 // (cert-manager, or by hand); every handshake reads them again if their
 // contents changed, so a renewed certificate or CA bundle is used without
 // a restart, and a connection made before keeps what it was made with. A
-// renewal that fails to parse (a half-written pair) keeps the last good
-// one until the files hold a good pair again.
+// renewal that is not a good pair (half written, expired, not signed by
+// the CA) does not replace a pair still good: the last good one stays
+// until the files hold a good pair again, and OnReject hears why.
 type keyring struct {
 	files TLSFiles
 
 	mu   sync.Mutex
 	raw  [3][]byte // cert, key, CA as last loaded
 	cert tls.Certificate
+	leaf *x509.Certificate
 	pool *x509.CertPool
+	// rejected is the content last refused (reported once).
+	rejected [3][]byte
 }
 
 func newKeyring(f TLSFiles) (*keyring, error) {
@@ -70,30 +80,61 @@ func (k *keyring) current() (tls.Certificate, *x509.CertPool, error) {
 	if readErr == nil && bytes.Equal(raw[0], k.raw[0]) && bytes.Equal(raw[1], k.raw[1]) && bytes.Equal(raw[2], k.raw[2]) {
 		return k.cert, k.pool, nil
 	}
-	cert, pool, err := parse(k.files, raw, readErr)
+	cert, leaf, pool, err := parse(k.files, raw, readErr)
+	if err == nil && k.pool != nil && usable(k.leaf, k.pool) {
+		// A renewal replaces a pair still good only with a good one.
+		if verr := check(leaf, pool); verr != nil {
+			err = fmt.Errorf("peer certificate %s: %w", k.files.Cert, verr)
+		}
+	}
 	if err != nil {
 		if k.pool == nil {
 			return tls.Certificate{}, nil, err
 		}
+		if k.files.OnReject != nil && !(bytes.Equal(raw[0], k.rejected[0]) && bytes.Equal(raw[1], k.rejected[1]) && bytes.Equal(raw[2], k.rejected[2])) {
+			k.files.OnReject(fmt.Errorf("renewed peer TLS files not taken, the earlier ones stay in use (until %s): %w", k.leaf.NotAfter.Format(time.RFC3339), err))
+		}
+		k.rejected = raw
 		return k.cert, k.pool, nil // the last good pair
 	}
-	k.raw, k.cert, k.pool = raw, cert, pool
+	k.raw, k.cert, k.leaf, k.pool = raw, cert, leaf, pool
 	return cert, pool, nil
 }
 
-func parse(f TLSFiles, raw [3][]byte, readErr error) (tls.Certificate, *x509.CertPool, error) {
+// check says why leaf is no certificate to present: not valid now, or
+// not signed by the CA in pool.
+func check(leaf *x509.Certificate, pool *x509.CertPool) error {
+	now := time.Now()
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return fmt.Errorf("valid from %s to %s, not now", leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: now}); err != nil {
+		return fmt.Errorf("not signed by the CA: %w", err)
+	}
+	return nil
+}
+
+func usable(leaf *x509.Certificate, pool *x509.CertPool) bool {
+	return leaf != nil && check(leaf, pool) == nil
+}
+
+func parse(f TLSFiles, raw [3][]byte, readErr error) (tls.Certificate, *x509.Certificate, *x509.CertPool, error) {
 	if readErr != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("peer TLS files: %w", readErr)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("peer TLS files: %w", readErr)
 	}
 	cert, err := tls.X509KeyPair(raw[0], raw[1])
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("peer certificate %s: %w", f.Cert, err)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("peer certificate %s: %w", f.Cert, err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return tls.Certificate{}, nil, nil, fmt.Errorf("peer certificate %s: %w", f.Cert, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(raw[2]) {
-		return tls.Certificate{}, nil, fmt.Errorf("peer CA %s holds no PEM certificate", f.CA)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("peer CA %s holds no PEM certificate", f.CA)
 	}
-	return cert, pool, nil
+	return cert, leaf, pool, nil
 }
 
 // ServerTLS are the server's credentials: it presents its certificate and

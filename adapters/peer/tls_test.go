@@ -55,7 +55,10 @@ func TestARenewedCertificateIsUsedWithoutARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ccreds, err := peer.ClientTLS(tlsFiles(cli))
+	var rejected []error
+	cfiles := tlsFiles(cli)
+	cfiles.OnReject = func(err error) { rejected = append(rejected, err) }
+	ccreds, err := peer.ClientTLS(cfiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +81,18 @@ func TestARenewedCertificateIsUsedWithoutARestart(t *testing.T) {
 	}
 	if err := list(); err != nil {
 		t.Fatalf("a mismatched renewal replaced the good pair: %v", err)
+	}
+	// An expired renewal does not replace a pair still good either.
+	if _, err := ca.IssueUntil("node-b", time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := list(); err != nil {
+			t.Fatalf("an expired renewal replaced the good pair: %v", err)
+		}
+	}
+	if len(rejected) != 2 {
+		t.Fatalf("rejections heard %v: want one per refused content (the mismatched key, the expired certificate)", rejected)
 	}
 }
 

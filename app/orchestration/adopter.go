@@ -30,6 +30,7 @@ type Adopter struct {
 	// set for one Sync when this daemon is the deployment's current one.
 	rollout ports.ReplicaRollout
 	rolling bool
+	said    *bool // the last currency logged
 }
 
 // AdopterOption adds an optional duty to an adopter.
@@ -69,6 +70,14 @@ func (a *Adopter) Sync(ctx context.Context) ([]volume.ID, error) {
 		current, err := a.rollout.Current(ctx)
 		if err != nil {
 			a.log.Warn("cannot tell whether this daemon is the deployment's current version: no replica pod is rolled", zap.Error(err))
+		}
+		if err == nil && (a.said == nil || *a.said != current) {
+			a.said = &current
+			if current {
+				a.log.Info("this daemon runs the deployment's current version: it rolls the replica pods of the volumes it rolls to it")
+			} else {
+				a.log.Info("this daemon does not run the deployment's current version (its DaemonSet names another image): it rolls no replica pod")
+			}
 		}
 		a.rolling = current
 	}

@@ -118,7 +118,9 @@ func (r *Retirer) one(ctx context.Context, id volume.ID, exists map[replica.Node
 		ws, err := r.workload.Status(ctx, id, r.node)
 		switch {
 		case errors.Is(err, ports.ErrNotFound):
-			empty = true // no workload: no volume manager here either
+			// No workload (deleted by hand, or not made yet): its pods may
+			// still run, orphaned; the Adopter makes it again first.
+			empty = false
 		case err != nil:
 			return fmt.Errorf("read its workload: %w", err)
 		default:

@@ -181,7 +181,7 @@ func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Snapshot
 	relay.set(survivor.Promise)
 	// Promises are asked for at the peer addresses the leases last
 	// published: they matter when the API server cannot be read.
-	asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress)
+	asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress, log)
 	if err != nil {
 		return err
 	}

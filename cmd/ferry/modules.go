@@ -161,8 +161,8 @@ func volumeManagerApp(o *Options) fx.Option {
 		fx.Provide(
 			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", 0, "volume-manager") },
 			func(api *kubeAPI) (replication.SharedState, error) { return clusterState(o.KubeOptions, api) },
-			func(lc fx.Lifecycle, api *kubeAPI) (*peer.Client, error) {
-				return peerClient(lc, o.PeerOptions, o.Namespace, api)
+			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (*peer.Client, error) {
+				return peerClient(lc, o.PeerOptions, o.Namespace, api, log)
 			},
 			// Events on the ReplicatedVolume only: the replica's
 			// ServiceAccount may not read claims.

@@ -30,8 +30,10 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-func (o PeerOptions) tlsFiles() peer.TLSFiles {
-	return peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName}
+// tlsFiles are the peer TLS files; a renewal that is not taken is logged.
+func (o PeerOptions) tlsFiles(log *zap.Logger) peer.TLSFiles {
+	return peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName,
+		OnReject: func(err error) { log.Warn("peer TLS", zap.Error(err)) }}
 }
 
 // peerServer serves this node's snapshots to its peers when --peer-listen
@@ -42,7 +44,7 @@ func peerServer(lc fx.Lifecycle, o PeerOptions, store ports.SnapshotStore, relay
 	}
 	var creds credentials.TransportCredentials
 	if !o.InsecurePeer {
-		c, err := peer.ServerTLS(o.tlsFiles())
+		c, err := peer.ServerTLS(o.tlsFiles(log))
 		if err != nil {
 			return err
 		}
@@ -69,14 +71,14 @@ func peerServer(lc fx.Lifecycle, o PeerOptions, store ports.SnapshotStore, relay
 	return nil
 }
 
-func peerClient(lc fx.Lifecycle, o PeerOptions, namespace string, api *kubeAPI) (*peer.Client, error) {
+func peerClient(lc fx.Lifecycle, o PeerOptions, namespace string, api *kubeAPI, log *zap.Logger) (*peer.Client, error) {
 	peers, err := parsePeers(o.Peers)
 	if err != nil {
 		return nil, err
 	}
 	var creds credentials.TransportCredentials
 	if !o.InsecurePeer {
-		if creds, err = peer.ClientTLS(o.tlsFiles()); err != nil {
+		if creds, err = peer.ClientTLS(o.tlsFiles(log)); err != nil {
 			return nil, err
 		}
 	}
@@ -311,10 +313,10 @@ func (r *promiseRelay) Promise(n replica.Node) (bool, time.Duration) {
 
 // promiseClient is the daemon's peer client for promises, resolving
 // nodes with addr.
-func promiseClient(o PeerOptions, addr func(replica.Node) (string, bool)) (*peer.Client, error) {
+func promiseClient(o PeerOptions, addr func(replica.Node) (string, bool), log *zap.Logger) (*peer.Client, error) {
 	var creds credentials.TransportCredentials
 	if !o.InsecurePeer {
-		c, err := peer.ClientTLS(o.tlsFiles())
+		c, err := peer.ClientTLS(o.tlsFiles(log))
 		if err != nil {
 			return nil, err
 		}

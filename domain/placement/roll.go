@@ -26,6 +26,10 @@ type RollPod struct {
 	// replicating); Terminating a pod being deleted (not rolled, and not
 	// waited for: its ReplicaSet replaces it on the current template).
 	Ready, Terminating bool
+	// Restarting says it was renewed and its container does not run the
+	// new version yet (the old one still stopping): the roll waits for
+	// it as for a pod not ready.
+	Restarting bool
 }
 
 // Roll is the roll's next step for a volume: the pod to renew ("": none
@@ -54,6 +58,9 @@ func NextRoll(pods []RollPod) Roll {
 	})
 	var next *RollPod
 	for i, p := range live {
+		if p.Restarting {
+			return Roll{Reason: fmt.Sprintf("%s on %s is restarting on the new version: one pod at a time", p.Name, p.Node)}
+		}
 		if !p.Ready {
 			return Roll{Reason: fmt.Sprintf("%s on %s is not ready: one pod at a time", p.Name, p.Node)}
 		}

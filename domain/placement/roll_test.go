@@ -22,6 +22,7 @@ func TestNextRollRenewsOnePodAtATimeSecondariesFirst(t *testing.T) {
 		{"an outdated pod not ready holds the roll too", []RollPod{old("a", true), {Name: "b"}}, ""},
 		{"a terminating pod is neither rolled nor waited for", []RollPod{{Name: "a", Terminating: true}, old("b", false)}, "b"},
 		{"all current", []RollPod{{Name: "a", Current: true, Ready: true}}, ""},
+		{"none while a renewed pod still runs the old version, ready", []RollPod{old("a", true), {Name: "b", Ready: true, Restarting: true}, old("c", false)}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

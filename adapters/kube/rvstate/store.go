@@ -121,6 +121,9 @@ func (s *Store) get(ctx context.Context, id volume.ID) (replica.State, bool, err
 		return replica.State{}, false, fmt.Errorf("read cluster state of volume %s: object %s belongs to volume %q: %w", id, rv.Name, rv.Spec.VolumeID, ports.ErrNotFound)
 	}
 	st, err := rvapi.ToState(rv)
+	if errors.Is(err, ports.ErrIncompatible) {
+		return replica.State{}, false, fmt.Errorf("read cluster state of volume %s: %w", id, err)
+	}
 	if err != nil {
 		return replica.State{}, false, fmt.Errorf("read cluster state of volume %s: %v: %w", id, err, ports.ErrInvalid)
 	}
@@ -206,6 +209,9 @@ func (s *Store) swap(ctx context.Context, expected string, next replica.State) (
 		return replica.State{}, false, err
 	}
 	st, err := rvapi.ToState(out)
+	if errors.Is(err, ports.ErrIncompatible) {
+		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: %w", next.Volume, err)
+	}
 	if err != nil {
 		return replica.State{}, false, fmt.Errorf("update cluster state of volume %s: the server returned %v: %w", next.Volume, err, ports.ErrInvalid)
 	}

@@ -99,13 +99,15 @@ func (a *Applier) RolloutPods(ctx context.Context, id volume.ID) ([]placement.Ro
 	}
 	out := make([]placement.RollPod, 0, len(pods.Items))
 	for _, p := range pods.Items {
+		renewed, runs := image(p.Spec) == a.tpl.Image, running(p, a.tpl.Image)
 		out = append(out, placement.RollPod{
 			Name:        p.Name,
 			Node:        replica.Node(p.Spec.NodeName),
 			Primary:     p.Labels[labelComponent] == ComponentPrimary,
-			Current:     image(p.Spec) == a.tpl.Image && running(p, a.tpl.Image),
+			Current:     renewed && runs,
 			Ready:       ready(p),
 			Terminating: p.DeletionTimestamp != nil,
+			Restarting:  renewed && !runs,
 		})
 	}
 	return out, nil
