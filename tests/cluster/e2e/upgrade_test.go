@@ -11,12 +11,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // install applies the cluster overlay of the source tree dir (a
 // release's manifests), its ferry:dev images named image instead when
 // image is set, and waits until the node DaemonSet's rollout is done.
-func install(t *testing.T, dir, image string) {
+// With pull set, every new daemon pod first waits that long in an init
+// container, as for a slow image pull.
+func install(t *testing.T, dir, image string, pull time.Duration) {
 	t.Helper()
 	out, err := exec.Command(kubectlBin, "--kubeconfig", kubeconfig, "kustomize", filepath.Join(dir, "tests/cluster/overlay")).Output()
 	if err != nil {
@@ -26,8 +30,41 @@ func install(t *testing.T, dir, image string) {
 	if image != "" {
 		manifests = strings.ReplaceAll(manifests, "image: ferry:dev", "image: "+image)
 	}
+	if pull > 0 {
+		manifests = slowPull(t, manifests, pull)
+	}
 	must(t, manifests, "apply", "-f", "-")
 	must(t, "", "-n", "ferry-system", "rollout", "status", "daemonset/ferry-node", "--timeout=10m")
+}
+
+// slowPull gives the node DaemonSet of manifests an init container that
+// sleeps d: its new pods start d late, as after a slow image pull.
+func slowPull(t *testing.T, manifests string, d time.Duration) string {
+	t.Helper()
+	docs := strings.Split(manifests, "\n---\n")
+	found := false
+	for i, doc := range docs {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if obj["kind"] != "DaemonSet" || meta["name"] != "ferry-node" {
+			continue
+		}
+		spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		spec["initContainers"] = []any{map[string]any{"name": "slow-pull", "image": "ferry-test:dev", "imagePullPolicy": "Never",
+			"command": []any{"sleep", strconv.Itoa(int(d.Seconds()))}}}
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[i], found = string(b), true
+	}
+	if !found {
+		t.Fatal("no DaemonSet ferry-node in the manifests")
+	}
+	return strings.Join(docs, "\n---\n")
 }
 
 // replicaImages are the images of the volume's replica pods, as run.
@@ -39,8 +76,8 @@ func replicaImages(t *testing.T, vol string) []string {
 
 // The upgrade (README: Upgrade): Ferry installed at an earlier commit
 // (its manifests and its image), a pod writing to a replicated volume, then Ferry rolled to this
-// commit's image (the DaemonSet with a surge, the volume managers by the
-// daemons): no takeover (the same primary and epoch throughout), no
+// commit's image (the DaemonSet with a surge, each new daemon pod started
+// 15 s late as after a slow pull; the volume managers by the daemons): no takeover (the same primary and epoch throughout), no
 // fence, the writer never restarted nor paused longer than the volume's
 // snapshot interval, no write lost, and every volume manager on the new
 // image.
@@ -50,10 +87,10 @@ func TestUpgradeMovesNothing(t *testing.T) {
 		t.Fatal("FERRY_UPGRADE_FROM_IMAGE or FERRY_UPGRADE_FROM_DIR is not set: run make e2e-upgrade (it builds the earlier commit)")
 	}
 	const to = "ferry:dev"
-	install(t, fromDir, from)
+	install(t, fromDir, from, 0)
 	t.Cleanup(func() {
 		if t.Failed() {
-			install(t, "../../..", "") // leave the cluster on this commit
+			install(t, "../../..", "", 0) // leave the cluster on this commit
 		}
 	})
 
@@ -82,8 +119,11 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	uid := podUID(t, ns, pod)
 	fencedBefore, _ := os.ReadFile(fenceLog())
 
+	// Each node's new daemon pod starts 15 s late (three times the
+	// Lease): only a surge, the old daemon working on meanwhile, moves
+	// nothing.
 	start := time.Now()
-	install(t, "../../..", "")
+	install(t, "../../..", "", 15*time.Second)
 	eventually(t, "every replica pod of the volume running "+to, 600*time.Second, func() (bool, string) {
 		imgs := replicaImages(t, vol)
 		for _, i := range imgs {
