@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"go.uber.org/fx"
@@ -38,10 +40,6 @@ func daemonApp(o *Options) fx.Option {
 	relay := &promiseRelay{}
 	return fx.Options(
 		base(o, "daemon"),
-		// First of all: no duty starts while another daemon has the node
-		// (a surge's old pod), and the lock goes last, after every duty
-		// stopped.
-		fx.Invoke(func(lc fx.Lifecycle, log *zap.Logger) { nodeLock(lc, o, log) }),
 		storeModule(o.StoreOptions, o.DriverName),
 		daemonKubeModule(o),
 		fx.Module("peers", fx.Invoke(
@@ -61,33 +59,36 @@ func daemonApp(o *Options) fx.Option {
 	)
 }
 
-// nodeLock holds the node's daemon lock (--node-lock) from the start of
-// the daemon to the end of its stop.
-func nodeLock(lc fx.Lifecycle, o *Options, log *zap.Logger) {
-	if o.NodeLock == "" {
-		return
+// acquireNodeLock waits, before the daemon starts anything, until no
+// other daemon runs on the node (--node-lock): a surge's old pod, which
+// keeps the node's duties until it stopped. The lock lasts as long as
+// the process. A SIGTERM or SIGINT while waiting ends the wait (nil lock,
+// nil error: the daemon stops without having started).
+func acquireNodeLock(o *Options) (*daemonlock.Lock, error) {
+	log, err := newLogger(o.LogOptions, o.NodeID, "daemon")
+	if err != nil {
+		return nil, err
 	}
-	var held *daemonlock.Lock
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			start := time.Now()
-			sock, err := csi.SocketPath(o.CSIEndpoint)
-			if err != nil {
-				return err
-			}
-			l, err := daemonlock.Acquire(ctx, daemonlock.Options{Path: o.NodeLock, Socket: sock,
-				Waiting: func(why string, since time.Duration) {
-					log.Info("waiting for the node's other daemon to stop", zap.String("why", why), zap.Duration("waited", since))
-				}})
-			if err != nil {
-				return fmt.Errorf("the node's daemon lock: %w", err)
-			}
-			held = l
-			log.Info("this daemon has the node", zap.String("lock", o.NodeLock), zap.Duration("waited", time.Since(start)))
-			return nil
-		},
-		OnStop: func(context.Context) error { return held.Release() },
-	})
+	sock, err := csi.SocketPath(o.CSIEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	start := time.Now()
+	l, err := daemonlock.Acquire(ctx, daemonlock.Options{Path: o.NodeLock, Socket: sock,
+		Waiting: func(why string, since time.Duration) {
+			log.Info("waiting for the node's other daemon to stop", zap.String("why", why), zap.Duration("waited", since))
+		}})
+	if ctx.Err() != nil {
+		log.Info("stopped while waiting for the node's other daemon")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the node's daemon lock: %w", err)
+	}
+	log.Info("this daemon has the node", zap.String("lock", o.NodeLock), zap.Duration("waited", time.Since(start)))
+	return l, nil
 }
 
 // daemonKubeModule: the process's one Kubernetes client set (nil without

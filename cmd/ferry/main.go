@@ -103,6 +103,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ferry %s: %v\n", m.name, err)
 			return 2
 		}
+		if m.name == "daemon" && opts.NodeLock != "" {
+			// Before anything is built or started: the node's other daemon
+			// (a surge's old pod) keeps the node until it stopped.
+			l, err := acquireNodeLock(opts)
+			if err != nil {
+				fmt.Fprintf(stderr, "ferry %s: %v\n", m.name, err)
+				return 1
+			}
+			if l == nil {
+				return 0 // stopped while waiting
+			}
+			defer l.Release()
+		}
 		return runApp(fx.New(m.app(opts)), opts.StopTimeout, stderr)
 	}
 	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])

@@ -99,7 +99,7 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	must(t, statefulSetRunning("upg", ` |
           n=$(tail -n 1 /data/log 2>/dev/null | cut -d ' ' -f 1); n=${n:-0}
           exec 3>>/data/log
-          while :; do n=$((n+1)); echo "$n $(date +%s%N | cut -c1-13)" >&3; sleep 0.05; done`), "-n", ns, "apply", "-f", "-")
+          while :; do n=$((n+1)); read up _ < /proc/uptime; echo "$n $up" >&3; sleep 0.05; done`), "-n", ns, "apply", "-f", "-")
 	pod, primary := podOf(t, ns, "upg", 180*time.Second)
 	vol := volumeOf(t, ns, "data-upg-0")
 	waitReady(t, vol)
@@ -135,6 +135,15 @@ func TestUpgradeMovesNothing(t *testing.T) {
 		return len(imgs) == 2, strings.Join(imgs, " ")
 	})
 	took := time.Since(start)
+	// Each new daemon did nothing before the old one stopped: its lock
+	// came first.
+	for _, p := range strings.Fields(must(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "-o", "jsonpath={.items[*].metadata.name}")) {
+		logs := must(t, "", "-n", "ferry-system", "logs", p, "-c", "ferry")
+		lock, serve := strings.Index(logs, "this daemon has the node"), strings.Index(logs, `"serving csi"`)
+		if lock < 0 || serve < 0 || serve < lock || strings.Contains(logs[lock:], "waiting for the node's other daemon") {
+			t.Errorf("daemon %s served before it had the node (lock at %d, csi at %d)", p, lock, serve)
+		}
+	}
 
 	after, err := getRV(t, vol)
 	if err != nil {
@@ -155,22 +164,35 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	if rc := must(t, "", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[0].restartCount}"); strings.TrimSpace(rc) != "0" {
 		t.Errorf("the writer restarted %s times during the upgrade", rc)
 	}
-	// The writer's pauses, from its own log (a line every 50 ms).
+	// The writer's pauses, from its own log (a line every 50 ms, with the
+	// host's uptime: busybox's date has no sub-second format), over the
+	// lines written since the roll began.
 	out := must(t, "", "-n", ns, "exec", pod, "--", "cat", "/data/log")
+	upNow := must(t, "", "-n", ns, "exec", pod, "--", "cat", "/proc/uptime")
+	nowUp, _ := strconv.ParseFloat(strings.Fields(upNow)[0], 64)
+	since := int64(nowUp*1000) - time.Since(start).Milliseconds()
 	var last, pause int64
+	lines := 0
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) != 2 {
 			continue
 		}
-		ms, err := strconv.ParseInt(f[1], 10, 64)
+		up, err := strconv.ParseFloat(f[1], 64)
 		if err != nil {
 			continue
 		}
-		if ms >= start.UnixMilli() && last != 0 {
-			pause = max(pause, ms-last)
+		ms := int64(up * 1000)
+		if ms >= since {
+			lines++
+			if last != 0 {
+				pause = max(pause, ms-last)
+			}
 		}
 		last = ms
+	}
+	if lines < int(took/(100*time.Millisecond)) {
+		t.Errorf("the writer wrote %d lines during the %s upgrade: it stopped", lines, took)
 	}
 	if time.Duration(pause)*time.Millisecond > interval {
 		t.Errorf("the writer paused %d ms during the upgrade, more than the snapshot interval %s", pause, interval)
