@@ -4,6 +4,7 @@ package kubeapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,17 +71,10 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 		return daemon.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
 	// Policies take effect shortly after they are created.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	waitUntil(t, "the policy refuses a deletion on another node", time.Minute, func() (bool, string) {
 		err := del("app-pd", "elsewhere")
-		if err != nil && strings.Contains(err.Error(), "only on its own node or on a node it fenced") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the policy never refused a deletion on another node: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err != nil && strings.Contains(err.Error(), "only on its own node or on a node it fenced"), fmt.Sprint(err)
+	})
 	check := func(when string, want map[string]string) {
 		t.Helper()
 		for who, says := range want {
@@ -102,19 +96,18 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The policy reads its parameter from an informer: wait for it.
-	eventually := time.Now().Add(30 * time.Second)
-	for del("app-pd", "lost") != nil && time.Now().Before(eventually) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "the policy sees node-pd-b fenced", 30*time.Second, func() (bool, string) {
+		err := del("app-pd", "lost")
+		return err == nil, fmt.Sprint(err)
+	})
 	check("node-pd-b fenced", map[string]string{
 		"app-pd/own": "", "app-pd/lost": "", "app-pd/lost-ephemeral": "", "ferry-system/replica-lost": "", "app-pd/lost-no-claim": noClaim, "app-pd/elsewhere": notFenced})
 	if err := effects.Taint(ctx, "node-pd-b", false); err != nil {
 		t.Fatal(err)
 	}
-	eventually = time.Now().Add(30 * time.Second)
-	for del("app-pd", "lost") == nil && time.Now().Before(eventually) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "the policy sees node-pd-b's fence lifted", 30*time.Second, func() (bool, string) {
+		return del("app-pd", "lost") != nil, ""
+	})
 	check("node-pd-b's fence lifted", map[string]string{"app-pd/lost": notFenced})
 	// The list deleted by hand: the daemon makes it again, with the node
 	// it fences.
@@ -133,5 +126,25 @@ func TestTheNodeDaemonDeletesPodsOnlyOnItsNodeOrAFencedOne(t *testing.T) {
 	// Others are not concerned.
 	if err := admin.CoreV1().Pods("app-pd").Delete(ctx, "elsewhere", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("an administrator's deletion was refused: %v", err)
+	}
+}
+
+// waitUntil polls cond on a ticker until it holds, failing t with what
+// it last said after timeout.
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%s: not within %s (%s)", what, timeout, last)
+		case <-tick.C:
+		}
 	}
 }
