@@ -234,6 +234,9 @@ func orchestrationModule(o *Options) fx.Option {
 
 func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, log *zap.Logger) {
 	node := replica.Node(o.NodeID)
+	api.states.OnSkipped(func(name string, err error) {
+		log.Warn("a ReplicatedVolume is left out of this daemon's view: it cannot be read as a volume's state", zap.String("object", name), zap.Error(err))
+	})
 	labeler := orchestration.NewLabeler(node, store, api.states, nodelabels.New(api.kube), log.Named("placement"))
 	var adopter *orchestration.Adopter
 	var rediscoverer *orchestration.Rediscoverer

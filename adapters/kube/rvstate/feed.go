@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -36,6 +37,7 @@ func (s *Store) Feed(ctx context.Context) (<-chan ports.StateChange, error) {
 	f := dynamicinformer.NewDynamicSharedInformerFactory(s.client, 0)
 	inf := f.ForResource(rvapi.GVR).Informer()
 	p := newPending()
+	p.skipped = s.skipped
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.seen,
 		UpdateFunc: func(_, obj any) { p.seen(obj) },
@@ -70,6 +72,7 @@ type pending struct {
 	// still sent first, so the reader forgets the old volume's term.
 	goneFirst map[volume.ID]bool
 	wake      chan struct{} // one pending signal: changes is not empty
+	skipped   func(name string, err error)
 }
 
 func newPending() *pending {
@@ -79,24 +82,29 @@ func newPending() *pending {
 // seen is the informer's add and update: the object's state replaces the
 // volume's unsent change. A state that cannot be decoded, or an object
 // not named after the volume it claims (ObjectName; Get refuses it too),
-// is skipped.
+// is skipped, and told to the store's OnSkipped.
 func (p *pending) seen(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
 	rv, err := decode(u)
-	if err != nil {
-		return
+	if err == nil {
+		var st replica.State
+		if st, err = rvapi.ToState(rv); err == nil && rvapi.ObjectName(st.Volume) != rv.Name {
+			err = fmt.Errorf("it names volume %q, whose object is %q: %w", st.Volume, rvapi.ObjectName(st.Volume), ports.ErrInvalid)
+		}
+		if err == nil {
+			p.mu.Lock()
+			p.names[rv.Name] = st.Volume
+			p.put(ports.StateChange{Volume: st.Volume, State: st})
+			p.mu.Unlock()
+			return
+		}
 	}
-	st, err := rvapi.ToState(rv)
-	if err != nil || rvapi.ObjectName(st.Volume) != rv.Name {
-		return
+	if p.skipped != nil {
+		p.skipped(u.GetName(), err)
 	}
-	p.mu.Lock()
-	p.names[rv.Name] = st.Volume
-	p.put(ports.StateChange{Volume: st.Volume, State: st})
-	p.mu.Unlock()
 }
 
 // deleted is the informer's delete, of the object or of a tombstone (a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,5 +279,24 @@ func TestTheFeedClosesWithItsContextAndLeavesNothingRunning(t *testing.T) {
 			t.Fatalf("%d goroutines running after the feeds closed, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An object the feed cannot read as a state (here of a newer status
+// format) is left out, and said so, never passed on as a state.
+func TestTheFeedSaysWhichObjectsItLeavesOut(t *testing.T) {
+	p := newPending()
+	var heard []string
+	p.skipped = func(name string, err error) { heard = append(heard, fmt.Sprintf("%s: %v", name, err)) }
+	u := object(t, stateAt("pvc-new", 1, 1))
+	if err := unstructured.SetNestedField(u.Object, int64(rvapi.MaxStateFormat+1), "status", "format"); err != nil {
+		t.Fatal(err)
+	}
+	p.seen(u)
+	if _, ok := p.next(); ok {
+		t.Fatal("a state of a newer format was passed on")
+	}
+	if len(heard) != 1 || !strings.Contains(heard[0], "newer Ferry") {
+		t.Fatalf("heard %v", heard)
 	}
 }

@@ -38,7 +38,14 @@ type Store struct {
 	rvs    dynamic.ResourceInterface
 	// labels are put on every object Create makes (tests mark theirs).
 	labels map[string]string
+	// skipped (nil: nobody) hears of an object the feed leaves out: one
+	// that cannot be read as a state (edited by hand, or of a newer
+	// format than this build reads).
+	skipped func(name string, err error)
 }
+
+// OnSkipped makes the feed tell f about each object it leaves out.
+func (s *Store) OnSkipped(f func(name string, err error)) { s.skipped = f }
 
 var (
 	_ ports.ClusterState     = (*Store)(nil)
