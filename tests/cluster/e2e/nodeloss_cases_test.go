@@ -654,6 +654,22 @@ func TestNodeLossACopySyncedWhileThePrimaryIsCutOffFromTheAPIServerDoesNotTakeOv
 // then the pod given back (an Unfenced event, the pod started again on
 // the same node with nothing lost), or the renewal (the pod writes on).
 func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
+	// node.sh's pause and resume take a few hundred ms, seconds on a
+	// loaded machine: a pause that overran duration + margin by the
+	// test's own clock was rightly taken over, and proves nothing of a
+	// blip. Such an attempt is made again, with a new writer.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if !blipOverran(t) {
+			return
+		}
+		t.Logf("attempt %d: the pause overran the takeover's threshold on this loaded machine; again", attempt)
+	}
+	t.Fatal("three pauses in a row overran the takeover's threshold: the machine cannot make a blip")
+}
+
+// blipOverran runs one blip; true when the pause, measured by the test,
+// lasted past duration + margin and was taken over (as it should).
+func blipOverran(t *testing.T) bool {
 	ns := namespace(t)
 	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
 	pod, first := podOf(t, ns, "w", 120*time.Second)
@@ -706,6 +722,11 @@ func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
 	// Another primary alone may be a planned move after a give-back
 	// (below); a survivor's takeover says so in its TookOver event.
 	if ev := volumeEvents(t, vol); strings.Contains(ev, "TookOver ") || !w.Forked().IsZero() {
+		if cut >= lt.Duration+lt.Margin {
+			w.Stop()
+			t.Logf("a pause of %.2f s, past duration + margin (%s), was taken over", cut.Seconds(), lt.Duration+lt.Margin)
+			return true
+		}
 		t.Fatalf("a pause of %.2f s (%.2f s from the start of the pause command; duration + margin is %s) was taken over: %v; events:\n%s", cut.Seconds(), (cut + cutAt.Sub(pausing)).Seconds(), lt.Duration+lt.Margin, w.Primaries(), ev)
 	}
 	if ev := volumeEvents(t, vol); !strings.Contains(ev, "Fenced ") {
@@ -720,7 +741,7 @@ func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
 			return n >= atCut+10, fmt.Sprintf("at %d, %d before the pause", n, atCut)
 		})
 		fmt.Printf("blip of %.2f s (paused): renewed before any fence, no takeover, the pod wrote on\n", cut.Seconds())
-		return
+		return false
 	}
 	newPod, node, _ := readyPodNot(t, ns, "w", uid, 120*time.Second, func() string {
 		rv, _ := getRV(t, vol)
@@ -768,4 +789,5 @@ func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
 		how = "moved by a planned handover to " + node
 	}
 	fmt.Printf("blip of %.2f s (paused): fenced, no takeover, the pod given back %s (resumed at %d, %d written before the cut)\n", cut.Seconds(), how, resumed, atCut)
+	return false
 }

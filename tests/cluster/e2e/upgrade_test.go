@@ -137,8 +137,22 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	took := time.Since(start)
 	// Each new daemon did nothing before the old one stopped: its lock
 	// came first.
-	for _, p := range strings.Fields(must(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "-o", "jsonpath={.items[*].metadata.name}")) {
-		logs := must(t, "", "-n", "ferry-system", "logs", p, "-c", "ferry")
+	// (An old pod still terminating is not one of them.)
+	pods := must(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}`)
+	for _, l := range strings.Split(strings.TrimSpace(pods), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 1 {
+			continue // being deleted
+		}
+		p := f[0]
+		logs, err := kubectl(t, "", "-n", "ferry-system", "logs", p, "-c", "ferry")
+		if err != nil {
+			if strings.Contains(logs+err.Error(), "NotFound") {
+				continue // gone meanwhile
+			}
+			t.Fatalf("logs of %s: %v %s", p, err, logs)
+		}
 		lock, serve := strings.Index(logs, "this daemon has the node"), strings.Index(logs, `"serving csi"`)
 		if lock < 0 || serve < 0 || serve < lock || strings.Contains(logs[lock:], "waiting for the node's other daemon") {
 			t.Errorf("daemon %s served before it had the node (lock at %d, csi at %d)", p, lock, serve)
