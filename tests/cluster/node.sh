@@ -14,7 +14,11 @@
 #                         crash loop, an upgrade waiting for its image): the
 #                         kubelet, the pods and the volume managers run on;
 #                         listed in $RUN/paused-NODE like pause's
-#   node.sh resume NODE   SIGCONT to exactly the processes pause stopped
+#   node.sh resume NODE [AT]  SIGCONT to exactly the processes pause
+#                         stopped; with AT (unix time, ns), the processes
+#                         found first and the signal sent at AT, so that a
+#                         pause ends when the test means it to, whatever
+#                         this script's own start-up costs a loaded machine
 #   node.sh isolate NODE  the node and its pods lose the API server (their
 #                         packets to it dropped), the other nodes still reach
 #                         it and it them
@@ -26,9 +30,9 @@ set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root"
-usage="usage: node.sh kill|cut|pause|pause-daemon|resume|isolate|restore NODE"
-[ $# -eq 2 ] || die "$usage"
-cmd="$1" n="$2"
+usage="usage: node.sh kill|cut|pause|pause-daemon|resume|isolate|restore NODE, node.sh resume NODE [AT]"
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = resume ] && [[ "$3" =~ ^[0-9]+$ ]]; } || die "$usage"
+cmd="$1" n="$2" at="${3:-}"
 [ -e "/run/netns/$n" ] || die "no node $n (no network namespace /run/netns/$n)"
 veth="$(node_veth "$n")"
 paused="$RUN/paused-$n"
@@ -43,14 +47,19 @@ start_time() {
   echo "${f[19]}"
 }
 
-# resume_paused: SIGCONT, in one kill, to every process pause stopped that
-# still is the process it stopped; forgets the record.
+# resume_paused [AT]: SIGCONT, in one kill, to every process pause stopped
+# that still is the process it stopped, at AT (unix ns) if given; forgets
+# the record.
 resume_paused() {
-  local pid st pids=()
+  local pid st pids=() wait_ns
   [ -f "$paused" ] || return 0
   while read -r pid st; do
     [ "$(start_time "$pid" 2>/dev/null)" = "$st" ] && pids+=("$pid")
   done <"$paused"
+  if [ -n "${1:-}" ]; then
+    wait_ns=$(($1 - $(date +%s%N)))
+    if [ "$wait_ns" -gt 0 ]; then sleep "$(printf '%d.%09d' $((wait_ns / 1000000000)) $((wait_ns % 1000000000)))"; fi
+  fi
   if [ ${#pids[@]} -gt 0 ]; then kill -CONT "${pids[@]}" 2>/dev/null || true; fi
   rm -f "$paused"
   log "node $n resumed (${#pids[@]} processes)"
@@ -142,7 +151,7 @@ pause-daemon)
   ;;
 resume)
   [ -f "$paused" ] || die "node $n is not paused (no $paused)"
-  resume_paused
+  resume_paused "$at"
   ;;
 isolate)
   for chain in OUTPUT FORWARD; do

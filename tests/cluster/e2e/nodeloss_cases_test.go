@@ -643,21 +643,21 @@ func TestNodeLossACopySyncedWhileThePrimaryIsCutOffFromTheAPIServerDoesNotTakeOv
 
 // Issue 21 point 6: a blip longer than the fence threshold but shorter
 // than the takeover. Every process of the primary's node pauses (a stalled
-// VM) right after a renewal of its lease landed, for duration - margin
-// plus half a margin (4.75 s with the defaults): the guard's deadline
-// (duration - margin after that renewal was sent) passes during the
-// pause, so on waking it may fence before its next renewal lands; no
-// survivor may take the node for lost before duration + margin after it
-// saw that renewal, a margin and a half after the node wakes, and its
+// VM) right after a renewal of its lease landed, and wakes duration -
+// margin and a tenth of a second after it (4.6 s with the defaults): the
+// guard's deadline (duration - margin after that renewal was sent) passed
+// during the pause, so on waking it may fence before its next renewal
+// lands; no survivor may take the node for lost before duration + margin
+// after it saw that renewal, 0.9 s after the node wakes, and its
 // connections are intact, so the next renewal lands at once. So no
 // takeover must happen, whichever comes first on waking: a fence, and
 // then the pod given back (an Unfenced event, the pod started again on
 // the same node with nothing lost), or the renewal (the pod writes on).
 func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
-	// node.sh's pause and resume take a few hundred ms, seconds on a
-	// loaded machine: a pause that overran duration + margin by the
-	// test's own clock was rightly taken over, and proves nothing of a
-	// blip. Such an attempt is made again, with a new writer.
+	// The lease's renewal after the thaw has a window of 2 margins to
+	// land in; on a loaded machine it may come later, and the node is
+	// rightly taken over: that proves nothing of a blip, and the attempt
+	// is made again with a new writer.
 	for attempt := 1; attempt <= 3; attempt++ {
 		if !blipOverran(t) {
 			return
@@ -667,8 +667,9 @@ func TestNodeLossABlipShorterThanTheTakeoverGivesThePodBack(t *testing.T) {
 	t.Fatal("three pauses in a row overran the takeover's threshold: the machine cannot make a blip")
 }
 
-// blipOverran runs one blip; true when the pause, measured by the test,
-// lasted past duration + margin and was taken over (as it should).
+// blipOverran runs one blip; true when the lease, as the API server's
+// watch delivered it, stood unrenewed past duration + margin and the node
+// was taken over (as it should be).
 func blipOverran(t *testing.T) bool {
 	ns := namespace(t)
 	must(t, writerSetYAML("w"), "-n", ns, "apply", "-f", "-")
@@ -689,45 +690,60 @@ func blipOverran(t *testing.T) bool {
 		}
 	})
 
-	// The sleep below is the guard's threshold (duration - margin after
-	// the renewal landed); the node wakes later by the resume's own time
-	// (node.sh: a few hundred ms, about a second on a loaded machine), so
-	// past the guard's deadline and, on a loaded machine too, before a
-	// survivor may take the node for lost (duration + margin). A sleep of
-	// a half margin more left, with a resume of 0.9 s, a pause of 5.66 s:
-	// taken over, as it should be.
-	blip := lt.Duration - lt.Margin
+	// The fault: the node stalls right after a renewal and thaws (node.sh
+	// resume at a set time, whatever its own start-up costs) when the
+	// guard's threshold has passed, duration - margin after that renewal,
+	// and before a survivor may take the node for lost, duration + margin
+	// after it: a window of 2 margins in which the node's next renewal
+	// must land. The judge of whether it did is the lease itself, as the
+	// API server's watch delivers it: a survivor reads the same versions,
+	// never sooner. A takeover after the lease stood unrenewed for less
+	// than duration + margin (less a quarter margin for the watch's and
+	// the survivors' reads' differing delays) is Ferry's fault; after
+	// longer, the loaded machine's, and the attempt is made again.
 	lease := "ferry-node-" + first
-	leaseVersion := func() string {
-		return strings.TrimSpace(must(t, "", "-n", "ferry-system", "get", "lease", lease, "-o", "jsonpath={.metadata.resourceVersion}"))
-	}
-	v0 := leaseVersion()
-	for deadline := time.Now().Add(10 * lt.Renew); leaseVersion() == v0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease %s of %s was not renewed in %s", lease, first, 10*lt.Renew)
-		}
-	}
+	lw := watchLease(t, lease)
 	w := watchRV(t, vol, first)
 	atCut := hostLast(t, first, vol)
-	pausing := time.Now()
+	if lw.FirstAfter(time.Now(), 10*lt.Renew).IsZero() {
+		t.Fatalf("the lease %s of %s was not renewed in %s", lease, first, 10*lt.Renew)
+	}
 	nodeFault(t, "pause", first)
-	cutAt := time.Now()
-	time.Sleep(time.Until(cutAt.Add(blip))) // the fault: a pause of this length
-	nodeFault(t, "resume", first)
+	time.Sleep(300 * time.Millisecond) // a renewal sent as the pause began arrives
+	renewed := lw.LastBefore(time.Now())
+	thaw := renewed.Add(lt.Duration - lt.Margin + 100*time.Millisecond)
+	if out, err := exec.Command("../node.sh", "resume", first, strconv.FormatInt(thaw.UnixNano(), 10)).CombinedOutput(); err != nil {
+		t.Fatalf("node.sh resume %s at %s: %v\n%s", first, thaw.Format(time.StampMilli), err, out)
+	}
 	restored = true
-	cut := time.Since(cutAt)
-	// Long enough for a takeover to have come if the lease let one:
-	// duration + margin after the pause began, and a renewal more.
-	time.Sleep(time.Until(cutAt.Add(lt.Duration + lt.Margin + 2*lt.Renew)))
-	// Another primary alone may be a planned move after a give-back
-	// (below); a survivor's takeover says so in its TookOver event.
-	if ev := volumeEvents(t, vol); strings.Contains(ev, "TookOver ") || !w.Forked().IsZero() {
-		if cut >= lt.Duration+lt.Margin {
+	next := lw.FirstAfter(renewed, 60*time.Second)
+	if next.IsZero() {
+		t.Fatalf("the lease %s of %s not renewed within a minute of its thaw", lease, first)
+	}
+	gap := next.Sub(renewed)
+	overran := gap >= lt.Duration+lt.Margin-lt.Margin/4
+	judge := func(ev string) bool {
+		if !strings.Contains(ev, "TookOver ") && w.Forked().IsZero() {
+			return false
+		}
+		if overran {
 			w.Stop()
-			t.Logf("a pause of %.2f s, past duration + margin (%s), was taken over", cut.Seconds(), lt.Duration+lt.Margin)
+			_, _ = kubectl(t, "", "delete", "namespace", ns, "--wait=false") // its writer off the loaded machine
+			t.Logf("the lease stood unrenewed %.2f s, past duration + margin (%s): taken over, as it should be", gap.Seconds(), lt.Duration+lt.Margin)
 			return true
 		}
-		t.Fatalf("a pause of %.2f s (%.2f s from the start of the pause command; duration + margin is %s) was taken over: %v; events:\n%s", cut.Seconds(), (cut + cutAt.Sub(pausing)).Seconds(), lt.Duration+lt.Margin, w.Primaries(), ev)
+		t.Fatalf("the lease stood unrenewed %.2f s (duration + margin is %s) and was taken over: %v; events:\n%s", gap.Seconds(), lt.Duration+lt.Margin, w.Primaries(), ev)
+		return false
+	}
+	cut := gap
+	// Long enough for a takeover to have come if the lease let one:
+	// duration + margin after the renewal, the next renewal, and two
+	// renewal periods more.
+	time.Sleep(time.Until(later(renewed.Add(lt.Duration+lt.Margin), next).Add(2 * lt.Renew)))
+	// Another primary alone may be a planned move after a give-back
+	// (below); a survivor's takeover says so in its TookOver event.
+	if judge(volumeEvents(t, vol)) {
+		return true
 	}
 	if ev := volumeEvents(t, vol); !strings.Contains(ev, "Fenced ") {
 		// The renewal landed before the guard's check: nothing to give
@@ -740,12 +756,12 @@ func blipOverran(t *testing.T) bool {
 			n := podLast(t, ns, pod, "/data/log")
 			return n >= atCut+10, fmt.Sprintf("at %d, %d before the pause", n, atCut)
 		})
-		fmt.Printf("blip of %.2f s (paused): renewed before any fence, no takeover, the pod wrote on\n", cut.Seconds())
+		fmt.Printf("blip of %.2f s (paused, the lease unrenewed): renewed before any fence, no takeover, the pod wrote on\n", cut.Seconds())
 		return false
 	}
 	newPod, node, _ := readyPodNot(t, ns, "w", uid, 120*time.Second, func() string {
 		rv, _ := getRV(t, vol)
-		return fmt.Sprintf("no takeover and the pod not given back: did the guard fence within the %s cut (by duration - margin, %s, after its last renewal)? rv %+v; events:\n%s", cut.Round(100*time.Millisecond), lt.Duration-lt.Margin, rv.Status, volumeEvents(t, vol))
+		return fmt.Sprintf("no takeover and the pod not given back: did the guard fence within the %s the lease stood unrenewed (by duration - margin, %s, after its last renewal)? rv %+v; events:\n%s", cut.Round(100*time.Millisecond), lt.Duration-lt.Margin, rv.Status, volumeEvents(t, vol))
 	})
 	rv, err := getRV(t, vol)
 	if err != nil {
@@ -757,9 +773,8 @@ func blipOverran(t *testing.T) bool {
 	}
 	logIntact(t, ns, newPod)
 	resumed := podLast(t, ns, newPod, "/data/resumed")
-	ev := volumeEvents(t, vol)
-	if strings.Contains(ev, "TookOver ") || !w.Forked().IsZero() {
-		t.Fatalf("after a %.2f s pause the primary is %s in epoch %d (was %s in %d), the pod on %s: a takeover without the lease allowing one; events:\n%s", cut.Seconds(), rv.Status.Primary, rv.Status.Epoch, first, before.Status.Epoch, node, ev)
+	if judge(volumeEvents(t, vol)) { // a takeover come late, the guard's fence given back meanwhile
+		return true
 	}
 	// No takeover: the guard fenced, the lease renewed after the cut, and
 	// the guard gave the pod back (deleted it for its controller to start
@@ -788,6 +803,14 @@ func blipOverran(t *testing.T) bool {
 	if node != first {
 		how = "moved by a planned handover to " + node
 	}
-	fmt.Printf("blip of %.2f s (paused): fenced, no takeover, the pod given back %s (resumed at %d, %d written before the cut)\n", cut.Seconds(), how, resumed, atCut)
+	fmt.Printf("blip of %.2f s (paused, the lease unrenewed): fenced, no takeover, the pod given back %s (resumed at %d, %d written before the cut)\n", cut.Seconds(), how, resumed, atCut)
 	return false
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
