@@ -11,6 +11,8 @@
 //   - node loss: NodeLease, NodeLeases, Fencer, HolderStopper, NodeFencer,
 //     FailoverEffects, PermitPublisher, PermitReader, FenceRecords;
 //   - Kubernetes' view: NodePlacement, ReplicaWorkload, Claims;
+//   - peer identities: CertificateEnrollment, PeerIdentityFiles, PeerRoots
+//     (a node's own certificate), SigningRequests, PeerCA (the signer);
 //   - EventRecorder.
 //
 // Each interface documents its contract: the errors it returns (the Err*

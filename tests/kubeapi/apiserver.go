@@ -6,7 +6,8 @@
 // without a cluster, kubelets or Ferry's pods reacting to what they write.
 //
 // Authorization is AlwaysAllow, for one static token on 127.0.0.1: the
-// server lives as long as the test and serves nobody else.
+// server lives as long as the test and serves nobody else. A test of
+// roles starts its own server with RBAC (Options.RBAC).
 package kubeapi
 
 import (
@@ -67,11 +68,22 @@ type proc struct {
 	exited    chan struct{}
 }
 
+// Options are how a server is started.
+type Options struct {
+	// RBAC authorizes requests by RBAC (its bootstrap roles and the ones
+	// a test creates) instead of AlwaysAllow; the tests' admin, in
+	// system:masters, may still do everything.
+	RBAC bool
+}
+
 // Start runs etcd and kube-apiserver until the test ends. It fails the
 // test (never skips it) when the binaries are missing: CI builds them.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	s, err := New(t.TempDir())
+	s, err := NewWith(t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +98,10 @@ func Start(t testing.TB) *Server {
 
 // New runs etcd and kube-apiserver with their data in dir until Stop; for
 // a TestMain that shares one server between tests.
-func New(dir string) (*Server, error) {
+func New(dir string) (*Server, error) { return NewWith(dir, Options{}) }
+
+// NewWith is New with options.
+func NewWith(dir string, o Options) (*Server, error) {
 	bin := BinDir()
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
@@ -100,6 +115,10 @@ func New(dir string) (*Server, error) {
 	}
 	// One static token for the tests' admin: anonymous requests are refused
 	// when authorization is AlwaysAllow.
+	authz := "AlwaysAllow"
+	if o.RBAC {
+		authz = "RBAC"
+	}
 	token := filepath.Join(dir, "tokens.csv")
 	if err := os.WriteFile(token, []byte(testToken+",ferry-test-admin,ferry-test-admin,system:masters\n"), 0o600); err != nil {
 		return nil, err
@@ -125,7 +144,7 @@ func New(dir string) (*Server, error) {
 		"--service-account-key-file", saKey, "--service-account-signing-key-file", saKey,
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.0.0.0/24",
-		"--authorization-mode", "AlwaysAllow", "--token-auth-file", token,
+		"--authorization-mode", authz, "--token-auth-file", token,
 		// No Service endpoints for a loopback address (and none are needed).
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true", "--profiling=false", "--v=1"); err != nil {
