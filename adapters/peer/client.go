@@ -64,10 +64,15 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
+	key := string(node) + "@" + addr // a connection checks the node it dials
+	if cc, ok := c.conns[key]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, append(clientVersioning(c.speaks), grpc.WithTransportCredentials(c.creds),
+	creds := c.creds
+	if r, ok := creds.(*reloading); ok {
+		creds = r.forNode(node)
+	}
+	cc, err := grpc.NewClient(addr, append(clientVersioning(c.speaks), grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{})),
 		grpc.WithInitialWindowSize(windowSize), grpc.WithInitialConnWindowSize(windowSize),
 		grpc.WithWriteBufferSize(bufferSize), grpc.WithReadBufferSize(bufferSize),
@@ -75,7 +80,7 @@ func (c *Client) conn(node replica.Node) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("peer %s at %s: %v: %w", node, addr, err, ports.ErrUnavailable)
 	}
-	c.conns[addr] = cc
+	c.conns[key] = cc
 	return cc, nil
 }
 
@@ -268,6 +273,8 @@ func (c *Client) Promise(ctx context.Context, node, asker replica.Node) (bool, t
 	if err := cc.Invoke(ctx, methodPromise, &PromiseRequest{Node: string(asker)}, &resp); err != nil {
 		return false, 0, fromStatus(node, err)
 	}
+	// The connection refused a server naming another node than the one
+	// asked (and, where node identities are required, one naming none).
 	if !resp.Granted || resp.Span <= 0 {
 		return false, 0, nil
 	}

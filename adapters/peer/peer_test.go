@@ -48,8 +48,8 @@ func startB(t testing.TB, store ports.SnapshotStore) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvFiles, _ := ca.Issue("node-a")
-	cliFiles, _ := ca.Issue("node-b")
+	srvFiles, _ := ca.IssueNode("node-a")
+	cliFiles, _ := ca.IssueNode("node-b")
 	screds, err := peer.ServerTLS(peer.TLSFiles{Cert: srvFiles.Cert, Key: srvFiles.Key, CA: srvFiles.CA})
 	if err != nil {
 		t.Fatal(err)
@@ -250,28 +250,35 @@ func TestClosingAFetchStopsTheSendersStream(t *testing.T) {
 }
 
 // A node that cannot renew its lease asks its peers for promises over
-// mutual TLS: the server answers with its observer's word, refuses a name
-// that is no node's, and promises nothing without an observer.
+// mutual TLS: the server answers with its observer's word, only to the
+// node asking for itself (its certificate names it), refuses a name that
+// is no node's, and promises nothing without an observer.
 func TestAPromiseIsAskedOverThePeerChannel(t *testing.T) {
 	e := start(t, withVolume(t, []byte("x")))
 	if ok, _, err := e.client.Promise(ctx, "node-a", "node-b"); ok || err != nil {
 		t.Fatalf("without an observer: %v %v, want refused", ok, err)
 	}
 	var asked []replica.Node
+	grant := true
 	e.srv.SetPromiser(func(n replica.Node) (bool, time.Duration) {
 		asked = append(asked, n)
-		return n == "node-b", 4 * time.Second
+		return grant, 4 * time.Second
 	})
 	if ok, span, err := e.client.Promise(ctx, "node-a", "node-b"); !ok || span != 4*time.Second || err != nil {
 		t.Fatalf("promise: %v %s %v", ok, span, err)
 	}
-	if ok, _, err := e.client.Promise(ctx, "node-a", "node-c"); ok || err != nil {
+	grant = false
+	if ok, _, err := e.client.Promise(ctx, "node-a", "node-b"); ok || err != nil {
 		t.Fatalf("refused promise: %v %v", ok, err)
+	}
+	// node-b's certificate asking for node-c: an impersonation.
+	if ok, _, err := e.client.Promise(ctx, "node-a", "node-c"); ok || !errors.Is(err, ports.ErrNotOwned) {
+		t.Fatalf("node-b asking a promise for node-c: %v %v, want refused as not its own", ok, err)
 	}
 	if _, _, err := e.client.Promise(ctx, "node-a", "../../etc"); !errors.Is(err, ports.ErrInvalid) {
 		t.Fatalf("a hostile name: %v, want ErrInvalid", err)
 	}
-	if len(asked) != 2 {
+	if len(asked) != 2 || asked[0] != "node-b" || asked[1] != "node-b" {
 		t.Fatalf("the observer was asked for %v", asked)
 	}
 }

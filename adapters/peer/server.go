@@ -124,7 +124,7 @@ func (s *Server) Stop() { s.grpc.Stop() }
 
 // refuse logs a refused request with the peer's identity and answers code.
 func (s *Server) refuse(ctx context.Context, code codes.Code, err error, fields ...zap.Field) error {
-	s.log.Warn("peer request refused", append(fields, zap.String("peer", identity(ctx)), zap.String("code", code.String()), zap.Error(err))...)
+	s.log.Warn("peer request refused", append(fields, zap.String("peer", who(ctx)), zap.String("code", code.String()), zap.Error(err))...)
 	return status.Error(code, err.Error())
 }
 
@@ -148,11 +148,20 @@ func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*Snapsho
 }
 
 // promise answers a node asking not to be taken over: only for a valid
-// node name, and only by a server that observes leases.
+// node name, only to that node when the caller's certificate names one
+// (a promise is what lets a node write on, so no other node may ask one
+// for it), and only by a server that observes leases.
 func (s *Server) promise(ctx context.Context, req *PromiseRequest) (*PromiseResponse, error) {
 	node := replica.Node(req.Node)
 	if !nodeName.MatchString(req.Node) || len(req.Node) > 253 {
 		return nil, s.refuse(ctx, codes.InvalidArgument, fmt.Errorf("%q is not a node name", truncate(req.Node)), zap.String("node", truncate(req.Node)))
+	}
+	// A peer whose certificate names no node (the shared one: a node not
+	// enrolled yet, a pod of a release before) got here only because
+	// node identities are not required (TLSFiles.RequireNode); it is
+	// answered as before them.
+	if asker, named := NodeOf(ctx); named && asker != node {
+		return nil, s.refuse(ctx, codes.PermissionDenied, fmt.Errorf("node %s asked a promise for node %s: only the node itself may ask", asker, node), zap.String("node", string(node)))
 	}
 	s.mu.Lock()
 	p := s.promiser
@@ -210,7 +219,7 @@ func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
 		return s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
 	}
 	log := s.log.With(zap.String("volume", string(sreq.Volume)), zap.String("snapshot", sreq.To),
-		zap.String("base", sreq.From), zap.String("peer", identity(ctx)))
+		zap.String("base", sreq.From), zap.String("peer", who(ctx)))
 	r, err := s.store.Send(ctx, sreq)
 	if err != nil {
 		return s.storeError(ctx, err, zap.String("volume", string(sreq.Volume)))
@@ -269,15 +278,18 @@ func mbps(n int64, d time.Duration) float64 {
 	return float64(n) / 1e6 / d.Seconds()
 }
 
-// identity names the peer: its certificate's subject under mutual TLS,
+// who names the peer: the node its certificate names, else its subject,
 // else its address.
-func identity(ctx context.Context) string {
+func who(ctx context.Context) string {
 	p, ok := grpcpeer.FromContext(ctx)
 	if !ok {
 		return "unknown"
 	}
+	if n, ok := nodeOfAuth(p.AuthInfo); ok {
+		return "node " + string(n) + "@" + p.Addr.String()
+	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-		return ti.State.PeerCertificates[0].Subject.CommonName + "@" + p.Addr.String()
+		return ti.State.PeerCertificates[0].Subject.CommonName + " (no node named)@" + p.Addr.String()
 	}
 	return p.Addr.String()
 }

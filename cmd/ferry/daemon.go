@@ -12,6 +12,8 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/daemonlock"
+	"github.com/ferry-csi/ferry/adapters/identityfiles"
+	"github.com/ferry-csi/ferry/adapters/kube/certrequest"
 	"github.com/ferry-csi/ferry/adapters/kube/claims"
 	"github.com/ferry-csi/ferry/adapters/kube/directory"
 	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
@@ -21,6 +23,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/nodefence"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/app/failover"
+	peeridentity "github.com/ferry-csi/ferry/app/identity"
 	"github.com/ferry-csi/ferry/app/orchestration"
 	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/publish"
@@ -42,6 +45,9 @@ func daemonApp(o *Options) fx.Option {
 		base(o, "daemon"),
 		storeModule(o.StoreOptions, o.DriverName),
 		daemonKubeModule(o),
+		fx.Module("identity", fx.Invoke(func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) error {
+			return runEnroller(lc, o, api, log)
+		})),
 		fx.Module("peers", fx.Invoke(
 			// One peer service per node can serve every volume of the
 			// pool. It also answers other nodes' requests for promises,
@@ -57,6 +63,35 @@ func daemonApp(o *Options) fx.Option {
 		// leaves the node without a Lease during an upgrade.
 		csiModule(o),
 	)
+}
+
+// runEnroller keeps this node's own peer certificate in --peer-identity-dir
+// (app/identity.Enroller), from Ferry's signer, on Kubernetes with mutual
+// TLS. It never holds the daemon's start back: until a certificate is
+// there the peers are served and dialled with the shared one (which no
+// promise is granted to), and one obtained before is kept across
+// restarts, the API server away or not.
+func runEnroller(lc fx.Lifecycle, o *Options, api *kubeAPI, log *zap.Logger) error {
+	if api == nil || o.InsecurePeer || o.PeerIdentityDir == "none" {
+		return nil
+	}
+	files, err := identityfiles.New(o.PeerIdentityDir)
+	if err != nil {
+		return fmt.Errorf("--peer-identity-dir: %w", err)
+	}
+	log = log.Named("identity")
+	e := peeridentity.NewEnroller(peeridentity.EnrollerConfig{Node: o.NodeID}, certrequest.New(api.kube, log, certrequest.Options{}),
+		files, time.Now, log, peeridentity.WithEnrollerRoots(identityfiles.RootsFile(o.PeerCA)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() { defer close(done); e.Run(ctx) }()
+			return nil
+		},
+		OnStop: func(context.Context) error { cancel(); <-done; return nil },
+	})
+	return nil
 }
 
 // acquireNodeLock waits, before the daemon starts anything, until no

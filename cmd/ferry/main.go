@@ -8,6 +8,8 @@
 //	ferry controller      a central CSI controller service (csi-sanity,
 //	                      the demo)
 //	ferry volume-manager  one replica of one volume on one node
+//	ferry signer          issues every node its own peer certificate
+//	                      (Deployment, the one holder of the peer CA)
 //
 // Each mode is an fx application assembled from the modules in modules.go,
 // each module given its own group of Options; a process has at most one
@@ -45,6 +47,7 @@ var modes = []mode{
 	{"daemon", "serve the CSI node service on this node (DaemonSet)", daemonFlags, daemonApp},
 	{"controller", "serve the CSI controller service (Deployment behind the kubernetes-csi sidecars)", controllerFlags, controllerApp},
 	{"volume-manager", "manage one replica of one volume on this node", volumeManagerFlags, volumeManagerApp},
+	{"signer", "issue every node its own peer certificate (Deployment; holds the peer CA)", signerFlags, signerApp},
 }
 
 func usage(w io.Writer) {

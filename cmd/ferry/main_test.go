@@ -21,6 +21,9 @@ func TestEveryModeWiresUpWithFx(t *testing.T) {
 			if m.name == "volume-manager" {
 				args = append(args, "--volume=v1")
 			}
+			if m.name == "signer" { // no node, no store: the CA's files and the API
+				args = []string{"--ca-cert=/ca/tls.crt", "--ca-key=/ca/tls.key"}
+			}
 			if err := fs.Parse(args); err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,7 @@ type Options struct {
 	PlacementOptions
 	FailoverOptions
 	ReplicaOptions
+	SignerOptions
 }
 
 // LogOptions: every mode's logging and shutdown.
@@ -75,8 +76,13 @@ type PeerOptions struct {
 	PeerCA         string
 	PeerServerName string
 	InsecurePeer   bool
-	Peers          string // volume-manager: static node=host:port list
-	PeerAdvertise  string // daemon: the peer address other nodes dial
+	// PeerIdentityDir holds this node's own certificate (tls.crt,
+	// tls.key), which the daemon obtains and renews; "" until validate
+	// derives it from the control directory, "none" for no own one.
+	PeerIdentityDir string
+	PeerRequireNode bool
+	Peers           string // volume-manager: static node=host:port list
+	PeerAdvertise   string // daemon: the peer address other nodes dial
 }
 
 // KubeOptions: where the shared state lives, and the API's client.
@@ -194,6 +200,8 @@ func peerFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.PeerCA, "peer-ca", "/etc/ferry/peer/ca.crt", "CA that signs every node's peer certificate")
 	fs.StringVar(&o.PeerServerName, "peer-server-name", "ferry-peer", "name every peer certificate carries (SAN), checked when dialling a peer")
 	fs.BoolVar(&o.InsecurePeer, "insecure-peer", false, "serve and dial peers in plaintext, without authentication (tests only; never in a cluster) (default false)")
+	fs.StringVar(&o.PeerIdentityDir, "peer-identity-dir", "", "directory of this node's own peer certificate (tls.crt, tls.key, naming the node), which the daemon obtains from Ferry's signer and renews, and presented instead of --peer-cert once there (default <control directory>/peer-identity/<node-id>; none: the shared certificate only)")
+	fs.BoolVar(&o.PeerRequireNode, "peer-require-node-identity", false, "refuse every peer whose certificate names no node (the shared --peer-cert, all a release before per-node identities presents); set once every node and volume manager runs a release with them. Without it such peers are served and dialled, never granted a promise nor trusted for one (default false)")
 }
 
 func volumeManagerFlags(fs *flag.FlagSet) *Options {
@@ -221,7 +229,26 @@ func volumeManagerFlags(fs *flag.FlagSet) *Options {
 }
 
 func (o *Options) validate(mode string) error {
+	if mode == "signer" {
+		return o.validateSigner()
+	}
 	var errs []error
+	if o.PeerIdentityDir == "" {
+		control := o.ControlDir // a volume manager's
+		if mode == "daemon" {
+			control = o.ReplicaControl
+		}
+		o.PeerIdentityDir = "none"
+		if control != "" && o.NodeID != "" {
+			o.PeerIdentityDir = filepath.Join(control, "peer-identity", o.NodeID)
+		}
+	}
+	if o.PeerIdentityDir != "none" && !filepath.IsAbs(o.PeerIdentityDir) {
+		errs = append(errs, errors.New("--peer-identity-dir must be an absolute path or none"))
+	}
+	if o.PeerRequireNode && o.PeerIdentityDir == "none" && !o.InsecurePeer && (mode == "daemon" || mode == "volume-manager") {
+		errs = append(errs, errors.New("--peer-require-node-identity needs this node's own certificate (--peer-identity-dir)"))
+	}
 	if o.NodeID == "" {
 		errs = append(errs, errors.New("--node-id is required (or set NODE_NAME)"))
 	}

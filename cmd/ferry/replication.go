@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +33,12 @@ import (
 
 // tlsFiles are the peer TLS files; a renewal that is not taken is logged.
 func (o PeerOptions) tlsFiles(log *zap.Logger) peer.TLSFiles {
-	return peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName,
+	f := peer.TLSFiles{Cert: o.PeerCert, Key: o.PeerKey, CA: o.PeerCA, ServerName: o.PeerServerName, RequireNode: o.PeerRequireNode,
 		OnReject: func(err error) { log.Warn("peer TLS", zap.Error(err)) }}
+	if o.PeerIdentityDir != "none" && o.PeerIdentityDir != "" {
+		f.NodeCert, f.NodeKey = filepath.Join(o.PeerIdentityDir, "tls.crt"), filepath.Join(o.PeerIdentityDir, "tls.key")
+	}
+	return f
 }
 
 // peerServer serves this node's snapshots to its peers when --peer-listen

@@ -15,14 +15,17 @@ crds="${FERRY_SIDECAR_BIN:-$FERRY_CACHE/sidecars}/crds-v8.7.0"
 k apply --server-side -f "$crds" >/dev/null
 k wait --for=condition=Established --timeout=60s crd/volumesnapshots.snapshot.storage.k8s.io \
   crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshotclasses.snapshot.storage.k8s.io >/dev/null
-# Peer mutual TLS for the replicas (a throw-away CA, made once per cluster).
+# Peer mutual TLS for the replicas (a throw-away CA, made once per cluster):
+# the shared certificate and the CA bundle every node trusts, and the CA's
+# key for Ferry's signer, which issues each node its own certificate.
 k create namespace ferry-system --dry-run=client -o yaml | k apply -f - >/dev/null
-if ! k -n ferry-system get secret ferry-peer-tls >/dev/null 2>&1; then
+if ! k -n ferry-system get secret ferry-peer-ca >/dev/null 2>&1; then
   (cd "$repo" && CGO_ENABLED=0 nice -n 15 go build -o "$TOOLS/peercert" ./tests/cluster/peercert)
   rm -rf "$STATE/peer-tls"
   "$TOOLS/peercert" -dir "$STATE/peer-tls"
   k -n ferry-system create secret generic ferry-peer-tls --from-file="$STATE/peer-tls/ca.crt" \
-    --from-file="$STATE/peer-tls/tls.crt" --from-file="$STATE/peer-tls/tls.key" >/dev/null
+    --from-file="$STATE/peer-tls/tls.crt" --from-file="$STATE/peer-tls/tls.key" --dry-run=client -o yaml | k apply -f - >/dev/null
+  k -n ferry-system create secret tls ferry-peer-ca --cert="$STATE/peer-tls/ca.crt" --key="$STATE/peer-tls/ca.key" >/dev/null
 fi
 # The overlay's node fence command (overlay/fence-node.yaml) is a script
 # for a static busybox the daemons mount read-only from here (the ferry
@@ -33,9 +36,10 @@ mkdir -p "$STATE/fence" "$STATE/fence-log"
 cmp -s "$busybox_bin" "$STATE/fence/busybox" || install -m 0755 "$busybox_bin" "$STATE/fence/busybox"
 k apply -k "$repo/tests/cluster/overlay" >/dev/null
 # A rebuilt ferry:dev has the same tag: restart the pods to run it.
-k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller >/dev/null
+k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller deployment/ferry-signer >/dev/null
 k -n ferry-system rollout status daemonset/ferry-node --timeout=180s
 k -n ferry-system rollout status deployment/ferry-snapshot-controller --timeout=120s
+k -n ferry-system rollout status deployment/ferry-signer --timeout=120s
 for n in $(node_names); do
   deadline=$((SECONDS + 120))
   until k get csinode "$n" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null | grep -qw ferry.zfs.csi.io; do

@@ -160,6 +160,12 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				// (admission-pod-deletions.yaml reads it); create: it again
 				// when deleted (in Ferry's namespace only: a Role).
 				"configmaps": {"create", "patch"},
+				// its peer certificate: the request to Ferry's signer
+				// (approving and signing are the signer's, never the
+				// node's). Never delete: it cannot be narrowed to the
+				// daemon's own requests (kubelets' would be in reach);
+				// kube-controller-manager's CSR cleaner removes them.
+				"certificatesigningrequests": {"create"},
 			}
 			var bad []string
 			for _, r := range pr.Resources {
@@ -173,7 +179,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				}
 			}
 			if len(bad) > 0 || (len(pr.NonResourceURLs) > 0 && len(matching(pr.Verbs, isWrite)) > 0) {
-				return fmt.Sprintf("grants %q; the node pod writes only events, the PVs and claims it provisions or resizes, snapshot contents, leases, its placement labels and its replicated volumes' objects", bad)
+				return fmt.Sprintf("grants %q; the node pod writes only events, the PVs and claims it provisions or resizes, snapshot contents, leases, its placement labels, its replicated volumes' objects and its peer certificate requests", bad)
 			}
 			return ""
 		})},

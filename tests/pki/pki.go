@@ -11,9 +11,12 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ferry-csi/ferry/domain/identity"
 )
 
 // CA is a certificate authority whose files live in a directory.
@@ -51,15 +54,39 @@ func NewCA(dir, name string) (*CA, error) {
 	return ca, writePEM(ca.CAFile, "CERTIFICATE", der)
 }
 
-// Issue makes a peer certificate for node, valid for server and client
-// use, with the SANs "ferry-peer", localhost and 127.0.0.1.
+// Issue makes a peer certificate with the common name node, valid for
+// server and client use, with the SANs "ferry-peer", localhost and
+// 127.0.0.1, and no node identity: the shared certificate.
 func (ca *CA) Issue(node string) (Files, error) {
 	return ca.IssueUntil(node, time.Now().Add(24*time.Hour))
+}
+
+// WriteKey writes the CA's private key to path (PEM), for a signer.
+func (ca *CA) WriteKey(path string) error {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "EC PRIVATE KEY", der)
+}
+
+// IssueNode is Issue with node's identity (domain/identity): its URI, as
+// Ferry's signer issues a node's own certificate.
+func (ca *CA) IssueNode(node string) (Files, error) {
+	u, err := url.Parse(identity.URI(node))
+	if err != nil {
+		return Files{}, err
+	}
+	return ca.issue(node, time.Now().Add(24*time.Hour), []*url.URL{u})
 }
 
 // IssueUntil is Issue with the certificate's end of validity (in the
 // past: an expired certificate). It writes node's files again.
 func (ca *CA) IssueUntil(node string, notAfter time.Time) (Files, error) {
+	return ca.issue(node, notAfter, nil)
+}
+
+func (ca *CA) issue(node string, notAfter time.Time, uris []*url.URL) (Files, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Files{}, err
@@ -73,6 +100,7 @@ func (ca *CA) IssueUntil(node string, notAfter time.Time) (Files, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"ferry-peer", "localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		URIs:         uris,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -1,7 +1,9 @@
 // Command peercert writes the test cluster's peer mutual-TLS files: a
-// throw-away CA and one certificate (SAN ferry-peer, the name peers
+// throw-away CA and one shared certificate (SAN ferry-peer, the name peers
 // check) as ca.crt, tls.crt and tls.key in -dir, for the ferry-peer-tls
-// Secret. Production clusters bring their own (deploy/README.md).
+// Secret, and the CA's key as ca.key, for the ferry-peer-ca Secret that
+// Ferry's signer issues every node's own certificate with. Production
+// clusters bring their own (deploy/README.md).
 package main
 
 import (
@@ -36,6 +38,9 @@ func run(dir string) error {
 	}
 	f, err := ca.Issue("ferry-peer")
 	if err != nil {
+		return err
+	}
+	if err := ca.WriteKey(filepath.Join(dir, "ca.key")); err != nil {
 		return err
 	}
 	for from, to := range map[string]string{ca.CAFile: "ca.crt", f.Cert: "tls.crt", f.Key: "tls.key"} {
