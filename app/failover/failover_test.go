@@ -695,3 +695,53 @@ func newRepGuard(t *testing.T, mountsOf func(string) ([]string, error)) *repGuar
 	f.g = NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, f.clock.read, f.lease, f.vols, f.takers, store, f.mounts, f.fencer, f.eff, nopEvents{}, zap.NewNop())
 	return f
 }
+
+// A node paused past its lease (a stalled VM): on waking its renewal may
+// land before its guard looks, and the lease is held again, yet a
+// survivor may have taken its volume over meanwhile. A term whose lease
+// ran out before the renewal was sent is fenced first, and given back as
+// after any fence (by the resume's compare-and-swap, which a takeover
+// refuses); without takers (single) nothing changes.
+func TestARenewalAfterTheLeaseRanOutFencesBeforeTheNodeWritesAgain(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	lease := mocks.NewMockNodeLease(ctrl)
+	store := mocks.NewMockSnapshotStore(ctrl)
+	mounts := mocks.NewMockMountTable(ctrl)
+	fencer := mocks.NewMockFencer(ctrl)
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	vols.Saw(primaryState("single", "a"))
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}, {ID: "single"}}, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	ctx := context.Background()
+	cluster := fakecluster.New()
+	if _, err := cluster.Create(ctx, primaryState("rep", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, lease, vols, NewTakers("a", cluster, zap.NewNop()), store, mounts, fencer, eff, nopEvents{}, zap.NewNop())
+	lease.EXPECT().Renew(gomock.Any()).Return(nil).Times(2)
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Check(ctx) // the lease held: nothing fenced (the mocks expect no Fence)
+
+	clock.set(10 * time.Second) // woken: the lease ran out at 4.5 s
+	if err := g.RenewOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("rep")).Return(ports.VolumeInfo{ID: "rep", MountPath: "/p/rep", MountSource: "pool/rep"}, nil)
+	mounts.EXPECT().MountsOf("pool/rep").Return([]string{"/p/rep", "/k/pods/x/mount"}, nil)
+	fencer.EXPECT().Fence(gomock.Any(), []string{"/p/rep", "/k/pods/x/mount"}, "/p/rep").Return([]ports.StoppedProcess{{PID: 42, Command: "writer"}}, nil)
+	g.Check(ctx)
+	if g.Fenced("rep") == "" || g.Fenced("single") != "" {
+		t.Fatalf("after a renewal sent past the lease's end: rep fenced %q, single fenced %q; want rep only", g.Fenced("rep"), g.Fenced("single"))
+	}
+	// No takeover came: the pods go back, once.
+	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("rep")).Return([]string{"ns/x"}, nil)
+	g.Check(ctx)
+	g.Check(ctx)
+	if why := g.Fenced("rep"); why != "" {
+		t.Fatalf("still fenced with the lease held and no takeover: %s", why)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -53,6 +54,10 @@ type Guard struct {
 	// fencing spell, after the give-back cleared it) restarts nothing.
 	cleared   map[volume.ID]string
 	overtaken map[volume.ID]bool // taken over under a read/write pod here: fence decided, not yet done (a passed deadline in the permit)
+	// lapsed are the terms whose lease had run out when a renewal was
+	// sent (liveness.Lapsed): fenced before they write again, and a
+	// passed deadline in the permit until then.
+	lapsed map[volume.ID]replica.Epoch
 
 	// The node's write permit for the volume managers' watchdogs (nil:
 	// none published). pubMu orders the publications.
@@ -299,6 +304,11 @@ func (g *Guard) publishLocked() error {
 			p.Volumes[t.Volume] = standing.LeaseUntil
 		}
 	}
+	g.mu.Lock()
+	for id := range g.lapsed {
+		overtaken = append(overtaken, id)
+	}
+	g.mu.Unlock()
 	for _, id := range overtaken {
 		if p.Deadline(id) > standing.Now {
 			p.Volumes[id] = standing.Now // passed: the guard fences it now
@@ -468,10 +478,27 @@ func (g *Guard) RenewOnce(ctx context.Context) error {
 		return err
 	}
 	g.mu.Lock()
+	before := liveness.Standing{Now: sent, LeaseUntil: g.leaseUntil, Promises: append([]liveness.Promise(nil), g.promises...)}
+	heldBefore := g.leaseUntil > 0 // this process held the lease once: a lapse is one of its leases
 	if held := g.cfg.Lease.Held(sent); held > g.leaseUntil {
 		g.leaseUntil = held
 	}
 	g.mu.Unlock()
+	if heldBefore {
+		for _, term := range g.takers.Terms() {
+			if !liveness.Lapsed(before, term.Takers) {
+				continue
+			}
+			g.mu.Lock()
+			if f := g.fenced[term.Volume]; !f.Fenced() || !f.Holds(term.Epoch) { // fenced already: given back as any fence
+				if g.lapsed == nil {
+					g.lapsed = map[volume.ID]replica.Epoch{}
+				}
+				g.lapsed[term.Volume] = term.Epoch
+			}
+			g.mu.Unlock()
+		}
+	}
 	g.publish() // the watchdogs learn of it at once, even while a check is busy fencing
 	select {
 	case g.renewed <- struct{}{}:
@@ -557,7 +584,15 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 	next = min(next, g.checkUnknown(ctx))
 	next = min(next, g.checkTakenOver(ctx))
 	g.takers.Learn(g.volumes.All()...)
-	for _, term := range g.takers.Terms() {
+	terms := g.takers.Terms()
+	g.mu.Lock()
+	for id, ep := range g.lapsed {
+		if !slices.ContainsFunc(terms, func(t liveness.Term) bool { return t.Volume == id && t.Epoch == ep }) {
+			delete(g.lapsed, id) // the term ended (taken over, or the primary moved): nothing of it to fence
+		}
+	}
+	g.mu.Unlock()
+	for _, term := range terms {
 		id := term.Volume
 		g.mu.Lock()
 		was := g.fenced[id]
@@ -570,6 +605,15 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		}
 		done := was.Fenced()
 		v := liveness.FenceOrGiveBack(g.standing(), term.Takers, done)
+		if ep, ok := g.lapsed[id]; ok {
+			switch {
+			case ep != term.Epoch || done:
+				delete(g.lapsed, id) // a later term, or fenced: given back as any fence
+			case v.Act != liveness.FenceIt:
+				v.GuardVerdict = liveness.GuardVerdict{Act: liveness.FenceIt,
+					Reason: "the node's lease ran out before it was renewed again: another node may have taken the volume over meanwhile"}
+			}
+		}
 		if v.Act == liveness.GiveBack {
 			delete(g.fenced, id)
 			g.giveBack[id] = was
@@ -596,6 +640,7 @@ func (g *Guard) Check(ctx context.Context) time.Duration {
 		g.mu.Lock()
 		g.fenced[id] = liveness.Fence{Reason: v.Reason, Epoch: term.Epoch}
 		delete(g.giveBack, id)
+		delete(g.lapsed, id)
 		g.mu.Unlock()
 	}
 	g.takeRecords() // by the permit published at the start: the watchdogs read it within their period, before a restarted pod is published

@@ -111,6 +111,14 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 		}
 	}
 	if !v.Fence {
+		if w.info == nil && v.Armed && !w.secondary() {
+			// The volume's mount read while nothing is wrong: a fence
+			// after a stall (the node paused, its zfs daemon busy on
+			// waking) stops the holders before any zfs command.
+			if info, err := w.store.GetVolume(ctx, w.cfg.Volume); err == nil {
+				w.info = &info
+			}
+		}
 		if w.fencing.Load() {
 			w.fencing.Store(false)
 			w.log.Info("the primary may write again; the node's daemon gives its pods back", zap.String("reason", v.Reason))

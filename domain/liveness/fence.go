@@ -101,6 +101,17 @@ func FenceOrGiveBack(st Standing, takers []replica.Node, fenced bool) TermVerdic
 	return TermVerdict{GuardVerdict{Leave, v.Reason}, v}
 }
 
+// Lapsed says whether a renewal sent at st.Now (the standing as it was
+// then, before the renewal) came after the node had lost the right to
+// write a term with takers: its lease had run out and not every taker
+// had promised. Another node may have taken the term over meanwhile,
+// and the renewal landing says nothing of that; the guard fences the
+// term before it writes again, and gives it back as after any fence
+// (the resume recorded by compare-and-swap, refused after a takeover).
+func Lapsed(st Standing, takers []replica.Node) bool {
+	return len(takers) > 0 && !Decide(st, takers).MayWrite
+}
+
 // LeaseSeen is what the guard knows of its own lease when it looks at the
 // copies its view does not know.
 type LeaseSeen struct {

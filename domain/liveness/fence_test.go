@@ -155,3 +155,22 @@ func TestAFenceRecordIsNoneOnlyWhenZero(t *testing.T) {
 		t.Error("ReadingOf")
 	}
 }
+
+// A renewal sent after the lease ran out comes after a lapse, unless every
+// taker's promise covered the instant it was sent; without takers there
+// is nothing to lapse.
+func TestARenewalSentPastTheLeasesEndIsALapse(t *testing.T) {
+	takers := []replica.Node{"b"}
+	if Lapsed(Standing{Now: 4, LeaseUntil: 5}, takers) {
+		t.Error("a renewal sent while the lease held is a lapse")
+	}
+	if !Lapsed(Standing{Now: 6, LeaseUntil: 5}, takers) {
+		t.Error("a renewal sent past the lease's end is no lapse")
+	}
+	if Lapsed(Standing{Now: 6, LeaseUntil: 5, Promises: []Promise{{From: "b", Until: 7}}}, takers) {
+		t.Error("a renewal sent within the takers' promises is a lapse")
+	}
+	if Lapsed(Standing{Now: 6, LeaseUntil: 5}, nil) {
+		t.Error("a term without takers lapsed")
+	}
+}
