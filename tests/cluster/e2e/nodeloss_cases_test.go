@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -222,33 +223,60 @@ func tokenWriterSetYAML(name string) string {
           n=$(tail -n 1 /data/log 2>/dev/null | cut -d ' ' -f 1); n=${n:-0}
           echo "$n" >> /data/resumed
           exec 3>>/data/log
-          while :; do n=$((n+1)); echo "$n $tok" >&3; sleep 0.05; done`)
+          while :; do n=$((n+1)); read up _ < /proc/uptime; echo "$n $tok $up" >&3; sleep 0.05; done`)
 }
 
 // tokenLog reads a token writer's log where the host sees node's copy:
-// the highest number each token wrote, and the last line's token. A cat
+// each token's highest number and when it was written (by the writer's
+// own clock, the host's uptime: zfs-fuse may show a write to the host a
+// second or more after it was made), and the last line's token. A cat
 // reads it, not this process: a fence stops every process holding the
 // copy's filesystem, a reader too, and the test must outlive it.
-func tokenLog(path string) (map[string]int, string, error) {
+func tokenLog(path string) (map[string]mark, string, error) {
 	b, err := exec.Command("cat", path).Output()
 	if err != nil {
 		return nil, "", err
 	}
-	most := map[string]int{}
+	boot := bootTime()
+	most := map[string]mark{}
 	last := ""
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) != 2 {
+		if len(f) != 3 {
 			continue // a line being written
 		}
 		n, err := strconv.Atoi(f[0])
 		if err != nil {
 			continue
 		}
-		most[f[1]] = max(most[f[1]], n)
+		up, err := strconv.ParseFloat(f[2], 64)
+		if err != nil {
+			continue
+		}
+		if n > most[f[1]].N {
+			most[f[1]] = mark{N: n, At: boot.Add(time.Duration(up * float64(time.Second)))}
+		}
 		last = f[1]
 	}
 	return most, last, nil
+}
+
+// mark is a token's highest number and when it was written.
+type mark struct {
+	N  int
+	At time.Time
+}
+
+// bootTime is when the host booted, by this process's clock (the writers
+// stamp their lines with the uptime: not namespaced, the host's).
+func bootTime() time.Time {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Time{}
+	}
+	f := strings.Fields(string(b))
+	up, _ := strconv.ParseFloat(f[0], 64)
+	return time.Now().Add(-time.Duration(up * float64(time.Second)))
 }
 
 // hostLogPath is the log of node's copy where zfs-fuse mounts it on the
@@ -318,33 +346,44 @@ func TestNodeLossPausedPrimaryNodeFailsOver(t *testing.T) {
 	base := most[old]
 	resumeAt := time.Now()
 	nodeFault(t, "resume", first)
-	oldMax, grewAt := base, resumeAt
+	last, grewAt := base, resumeAt
 	for {
 		// A copy being rolled back or replaced may be unreadable for a
 		// moment, and afterwards holds the new pod's lines: only the old
 		// token's highest number counts.
-		if most, _, err := tokenLog(path); err == nil && most[old] > oldMax {
-			oldMax, grewAt = most[old], time.Now()
+		if most, _, err := tokenLog(path); err == nil && most[old].N > last.N {
+			last, grewAt = most[old], time.Now()
 		}
 		if time.Since(grewAt) >= time.Second {
 			break
 		}
 		if time.Since(resumeAt) > 30*time.Second {
-			t.Fatalf("the paused node's copy still grows 30 s after it resumed: %d to %d", base, oldMax)
+			t.Fatalf("the paused node's copy still grows 30 s after it resumed: %d to %d", base.N, last.N)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	grew := grewAt.Sub(resumeAt)
-	fmt.Printf("paused node: %d writes in %.2f s after resuming\n", oldMax-base, grew.Seconds())
-	if grew > 2*time.Second {
-		t.Errorf("the paused node's old writer went on for %s after the node resumed (%d writes): its fence came late", grew.Round(10*time.Millisecond), oldMax-base)
+	// By the writes' own stamps: the host may see a write late.
+	lateBy := func(m mark) time.Duration {
+		if m.N == base.N {
+			return 0
+		}
+		return m.At.Sub(resumeAt)
+	}
+	fmt.Printf("paused node: %d writes in %.2f s after resuming\n", last.N-base.N, max(lateBy(last), 0).Seconds())
+	if grew := lateBy(last); grew > 2*time.Second {
+		t.Errorf("the paused node's old writer went on for %s after the node resumed (%d writes): its fence came late", grew.Round(10*time.Millisecond), last.N-base.N)
 	}
 	// While the new pod, writing at the same pace, appends ten more
-	// numbers, the old writer writes nothing.
+	// numbers, the old writer writes nothing (a write the host shows only
+	// now counts by its stamp: made within the bound above, it is one the
+	// fence allows).
 	from := podLast(t, ns, pod, "/data/log")
 	eventually(t, "the new pod appends ten more numbers", 30*time.Second, func() (bool, string) {
-		if most, _, err := tokenLog(path); err == nil && most[old] > oldMax {
-			t.Fatalf("the paused node's old writer wrote %d, after it had stopped at %d: a writer still runs on %s", most[old], oldMax, first)
+		if most, _, err := tokenLog(path); err == nil && most[old].N > last.N {
+			if lateBy(most[old]) > 2*time.Second {
+				t.Fatalf("the paused node's old writer wrote %d, %.2f s after the node resumed, after it had stopped at %d: a writer still runs on %s", most[old].N, lateBy(most[old]).Seconds(), last.N, first)
+			}
+			last = most[old]
 		}
 		n := podLast(t, ns, pod, "/data/log")
 		return n >= from+10, fmt.Sprintf("at %d, from %d", n, from)
@@ -362,7 +401,7 @@ func TestNodeLossPausedPrimaryNodeFailsOver(t *testing.T) {
 	restored = true
 	returnedNodeRejoins(t, vol, first, second)
 	logIntact(t, ns, pod)
-	if oldMax > resumed {
+	if last.N > resumed {
 		fencedWritesKept(t, first, vol)
 	}
 }
