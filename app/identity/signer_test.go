@@ -37,6 +37,7 @@ type signerFakeRequests struct {
 	// conflictOnce makes the next write of the named request fail with
 	// ErrConflict (another writer won), after changing its version.
 	conflictOnce map[string]bool
+	lists        int // passes made (List calls)
 }
 
 func newSignerFakeRequests() *signerFakeRequests {
@@ -67,6 +68,7 @@ func (f *signerFakeRequests) get(name string) ports.SigningRequest {
 func (f *signerFakeRequests) List(context.Context) ([]ports.SigningRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	var out []ports.SigningRequest
 	for _, n := range f.order {
 		out = append(out, f.byName[n])
@@ -434,7 +436,17 @@ func TestRunAnswersANewRequestAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	time.Sleep(50 * time.Millisecond) // the first pass, with no request
+	for first := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) { // the first pass, with no request
+		reqs.mu.Lock()
+		n := reqs.lists
+		reqs.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(first) {
+			t.Fatal("the signer made no first pass in 5 s")
+		}
+	}
 	reqs.add(signerFromNode(t, "csr", "node-a", signerOwnNames("node-a")))
 	deadline := time.Now().Add(5 * time.Second)
 	for !reqs.get("csr").Issued {

@@ -197,9 +197,11 @@ func TestFerrysSignerIssuesANodeItsOwnCertificateOnly(t *testing.T) {
 		_, ok := condition(c, certificatesv1.CertificateFailed)
 		return ok, fmt.Sprintf("conditions %+v", c.Status.Conditions)
 	})
-	// Let the signer pass over every request a few more times: still
-	// nothing issued that Decide refuses, nothing to another signer.
-	time.Sleep(2 * time.Second)
+	// A pass of the signer after all the above (it answered a request
+	// made later): still nothing issued that Decide refuses, nothing to
+	// another signer.
+	request(nodeA, "own-later", identity.Signer, "node-a")
+	issued("own-later")
 	for _, name := range []string{"hand-approved-node-b", "names-node-b", "another-account"} {
 		if c := get(name); len(c.Status.Certificate) > 0 {
 			t.Errorf("%s was issued a certificate", name)
