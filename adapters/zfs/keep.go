@@ -82,7 +82,7 @@ func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports
 	if err != nil {
 		return fail(err)
 	}
-	err = s.recv(ctx, id, dest, stream)
+	err = s.recv(ctx, id, dest, stream, false)
 	_ = stream.Close()
 	if err != nil {
 		return fail(err)

@@ -1,10 +1,12 @@
 package zfs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,4 +118,50 @@ func TestOnZFSFuseTransfersRestartFromTheLastCompleteSnapshot(t *testing.T) {
 func isZFSFuse() bool {
 	_, err := os.Stat("/usr/sbin/zfs-fuse")
 	return err == nil
+}
+
+// A volume deleted during its first full fetch leaves no partial copy:
+// on OpenZFS a cut-off receive is kept (with its resume token) in the
+// staging dataset while the volume itself does not exist yet.
+func TestAVolumeDeletedDuringItsFirstFetchLeavesNoPartialCopy(t *testing.T) {
+	pool := zfstest.NewPool(t, "ferry-partial", "1G")
+	s := newStore(t, pool)
+	ctx := context.Background()
+	src, err := s.CreateVolume(ctx, "src", ports.CreateOptions{CapacityBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src.MountPath, "big"), bytes.Repeat([]byte("ferry"), 400_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Send(ctx, ports.SendRequest{Volume: "src", To: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 64<<10)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := s.Receive(ctx, "dst", bytes.NewReader(head)); err == nil {
+		t.Fatal("a truncated stream was received")
+	}
+	if s.Resumable() {
+		if token, err := s.ResumeToken(ctx, "dst"); err != nil || token == "" {
+			t.Fatalf("OpenZFS kept no partial receive to resume (token %q, %v): this test checks nothing", token, err)
+		}
+	}
+	if err := s.DestroyVolume(ctx, "dst"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("DestroyVolume of a volume never received whole: %v; want ErrNotFound", err)
+	}
+	out, err := exec.Command("zfs", "list", "-H", "-o", "name", "-r", pool.Name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("zfs list: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), "_incoming") {
+		t.Fatalf("a partial copy outlived its volume's deletion:\n%s", out)
+	}
 }

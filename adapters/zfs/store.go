@@ -37,6 +37,8 @@ type Store struct {
 	// resumable: the pool's ZFS keeps interrupted receives (`zfs recv -s`,
 	// receive_resume_token, `zfs send -t`): OpenZFS does, zfs-fuse does not.
 	resumable bool
+	// txg: the shared `zpool sync` that makes a written=0 truthful.
+	txg *poolSync
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -64,7 +66,7 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync()}, nil
 }
 
 // Open checks that the pool exists and creates the parent dataset if needed.

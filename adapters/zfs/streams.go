@@ -79,13 +79,19 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 		return err // never receive into a dataset Ferry does not own
 	}
 	staging := s.staging(id)
-	if token, _ := s.token(ctx, staging); token == "" {
-		// No resumable state: whatever a crash left there goes.
+	keep := false
+	if token, _ := s.token(ctx, staging); token != "" {
+		// A partial receive is kept for a resuming stream only: OpenZFS
+		// refuses a fresh full stream into it ("contains partially-complete
+		// state"), so for one it goes, as any other leftover.
+		keep, stream = peekResuming(stream)
+	}
+	if !keep {
 		if err := s.destroyIfExists(ctx, staging); err != nil {
 			return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
 		}
 	}
-	if err := s.recv(ctx, id, staging, stream); err != nil {
+	if err := s.recv(ctx, id, staging, stream, true); err != nil {
 		if token, _ := s.token(context.WithoutCancel(ctx), staging); token != "" {
 			return fmt.Errorf("%w (kept to be resumed)", err)
 		}
@@ -126,7 +132,7 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 		}
 		return err
 	}
-	if err := s.recv(ctx, id, staging, stream); err != nil {
+	if err := s.recv(ctx, id, staging, stream, false); err != nil {
 		return discard(err)
 	}
 	meta := map[string]string{}
@@ -172,8 +178,18 @@ func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string)
 // stream's header tells which, so that a stale plan is never mistaken for
 // changes to discard.
 func (s *Store) recvIncremental(ctx context.Context, id volume.ID, stream io.Reader) error {
+	if token, _ := s.token(ctx, s.dataset(id)); token != "" {
+		// As for a full stream: the partial incremental is kept only for
+		// the stream that resumes it.
+		var resuming bool
+		if resuming, stream = peekResuming(stream); !resuming {
+			if _, err := s.run.zfs(ctx, "recv", "-A", s.dataset(id)); err != nil {
+				return fmt.Errorf("receive %s: discarding a partial receive for a fresh stream: %w", id, err)
+			}
+		}
+	}
 	tap := &headerTap{r: stream}
-	err := s.recv(ctx, id, s.dataset(id), tap)
+	err := s.recv(ctx, id, s.dataset(id), tap, true)
 	if err == nil || !errors.Is(err, ports.ErrConflict) {
 		return err
 	}
@@ -193,11 +209,14 @@ func (s *Store) recvIncremental(ctx context.Context, id volume.ID, stream io.Rea
 
 // recv feeds stream to `zfs recv target` through a pipe of our own making
 // (so that it can be enlarged). A stream that fails mid-way closes the pipe
-// with its error: zfs recv sees a truncated stream and receives nothing.
-func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io.Reader) error {
+// with its error: zfs recv sees a truncated stream and receives nothing,
+// unless resumable (and the pool can resume): then what arrived is kept
+// with a resume token. Receives that are never resumed (a replacement, a
+// copy kept aside) pass false, so a kill mid-way leaves nothing behind.
+func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io.Reader, resumable bool) error {
 	var stderr bytes.Buffer
 	args := []string{"recv", target}
-	if s.resumable {
+	if resumable && s.resumable {
 		args = []string{"recv", "-s", target} // an interrupted receive can be resumed
 	}
 	cmd := s.run.command(ctx, s.run.zfsBin, args...)

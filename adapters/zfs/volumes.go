@@ -104,15 +104,20 @@ func (s *Store) childID(name string) (volume.ID, bool) {
 // Ferry does not own. It unmounts first: zfs-fuse answers "dataset is busy"
 // to destroying a mounted dataset, and a FUSE mount may stay busy for a
 // moment after a bind mount of it went away, so busy is retried briefly.
+//
+// An interrupted, resumable receive kept for the volume goes with it, also
+// when the volume itself is missing (deleted during its first full fetch:
+// the partial copy lives only in the staging dataset); the answer is then
+// still ErrNotFound.
 func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
-	if err := s.destroyDataset(ctx, id); err != nil {
+	err := s.destroyDataset(ctx, id)
+	if err != nil && !errors.Is(err, ports.ErrNotFound) {
 		return err
 	}
-	// An interrupted, resumable receive kept for this volume goes with it.
-	if err := s.destroyIfExists(ctx, s.staging(id)); err != nil {
-		return fmt.Errorf("destroy volume %s: its staging dataset: %w", id, err)
+	if serr := s.destroyIfExists(ctx, s.staging(id)); serr != nil {
+		return fmt.Errorf("destroy volume %s: its staging dataset: %w", id, serr)
 	}
-	return nil
+	return err
 }
 
 // destroyDataset destroys the volume's own dataset and snapshots, leaving
@@ -260,7 +265,29 @@ const remountTimeout = 2 * time.Minute
 // Unchanged implements ports.SnapshotStore with the written property
 // (bytes written since the newest snapshot; OpenZFS prints exactly "0"
 // when none, without -p). zfs-fuse has no such property: it cannot tell.
+//
+// OpenZFS counts written only in synced transaction groups: right after
+// a write it can still read 0 (seen on 2.3: 0 after a 256 KiB write,
+// 282K after a sync). Written only grows until the next snapshot, so a
+// non-zero read is the truth at once; a 0 is believed only if it is
+// still 0 after a pool sync that started after the read (shared by the
+// store's callers, see poolSync). A failed sync means "cannot tell".
 func (s *Store) Unchanged(ctx context.Context, id volume.ID) (bool, error) {
+	zero, err := s.writtenZero(ctx, id)
+	if err != nil || !zero {
+		return false, err
+	}
+	if err := s.txg.after(ctx, func(ctx context.Context) error {
+		_, err := s.run.zpool(ctx, "sync", s.cfg.Pool)
+		return err
+	}); err != nil {
+		return false, nil
+	}
+	return s.writtenZero(ctx, id)
+}
+
+// writtenZero reads the written property: whether it says 0.
+func (s *Store) writtenZero(ctx context.Context, id volume.ID) (bool, error) {
 	out, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "written", s.dataset(id))
 	var ce *CommandError
 	if errors.As(err, &ce) && strings.Contains(ce.Stderr, "invalid property") {

@@ -262,7 +262,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		f := replica.FetchFailure{Resumed: token != "", Incremental: a.Base != nil,
 			Conflict: errors.Is(err, ports.ErrConflict), BaseMismatch: errors.Is(err, ports.ErrBaseMismatch),
-			Bytes: p.Bytes(), Cancelled: ctx.Err() != nil}
+			Bytes: p.Bytes(), Cancelled: ctx.Err() != nil, NoSpace: errors.Is(err, ports.ErrNoSpace)}
 		if t, terr := r.store.ResumeToken(context.WithoutCancel(ctx), r.cfg.Volume); terr == nil && t != "" {
 			f.PartialKept = true
 		}
@@ -276,7 +276,11 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 			}
 		}
 		if v.DiscardPartial {
-			log.Warn("the peer sent nothing for the resume token: discarding the partial receive", zap.Error(err))
+			why := "the peer sent nothing for the resume token"
+			if f.NoSpace {
+				why = "the pool is full"
+			}
+			log.Warn(why+": discarding the partial receive", zap.Error(err))
 			if derr := r.store.DiscardPartial(ctx, r.cfg.Volume); derr != nil {
 				return errors.Join(err, derr)
 			}

@@ -81,6 +81,8 @@ type FetchFailure struct {
 	Cancelled bool
 	// PartialKept: the store kept the partial receive to resume it.
 	PartialKept bool
+	// NoSpace: the receive ran out of space in this replica's pool.
+	NoSpace bool
 }
 
 // FetchVerdict is what a failed fetch means.
@@ -105,7 +107,10 @@ type FetchVerdict struct {
 // failed before a byte: the snapshot gone), gives the partial receive up;
 // an incremental receive that conflicts is a modified copy (unless the
 // base is not the newest snapshot here: a stale plan, or a foreign
-// snapshot after it); whatever the store kept to resume keeps the target.
+// snapshot after it); whatever the store kept to resume keeps the target,
+// unless the pool is full: a partial copy is never left filling a pool
+// that the node's other volumes (its primaries among them) write to, and
+// a resume into a full pool would fail again.
 func OnFetchFailure(f FetchFailure) FetchVerdict {
 	if f.Opening {
 		return FetchVerdict{DiscardPartial: f.Resumed && f.PeerCannotResume}
@@ -114,7 +119,7 @@ func OnFetchFailure(f FetchFailure) FetchVerdict {
 		return FetchVerdict{Modified: true}
 	}
 	v := FetchVerdict{CheckForeign: f.BaseMismatch && f.Incremental}
-	if f.Resumed && f.Bytes == 0 && !f.Cancelled {
+	if f.Resumed && f.Bytes == 0 && !f.Cancelled || f.NoSpace && f.PartialKept {
 		v.DiscardPartial = true
 		return v
 	}

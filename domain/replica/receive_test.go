@@ -70,6 +70,9 @@ func TestWhatAFailedFetchMeans(t *testing.T) {
 		{"a resumed fetch cut mid-way: resumed later", FetchFailure{Resumed: true, Bytes: 1 << 20, PartialKept: true}, FetchVerdict{KeepTarget: true}},
 		{"a fetch cut mid-way, the partial receive kept", FetchFailure{Incremental: true, Bytes: 1 << 20, PartialKept: true}, FetchVerdict{KeepTarget: true}},
 		{"a fetch cut mid-way, nothing kept (zfs-fuse)", FetchFailure{Incremental: true, Bytes: 1 << 20}, FetchVerdict{}},
+		{"a full pool: the partial receive goes, freeing its space", FetchFailure{Bytes: 34 << 20, PartialKept: true, NoSpace: true}, FetchVerdict{DiscardPartial: true}},
+		{"a full pool, a resume: the partial receive goes", FetchFailure{Resumed: true, Incremental: true, Bytes: 1 << 20, PartialKept: true, NoSpace: true}, FetchVerdict{DiscardPartial: true}},
+		{"a full pool, nothing kept: nothing to discard", FetchFailure{Bytes: 34 << 20, NoSpace: true}, FetchVerdict{}},
 	}
 	for _, c := range cases {
 		if got := OnFetchFailure(c.f); got != c.want {

@@ -46,6 +46,7 @@ func RunSnapshotStore(t *testing.T, newStore StoreFactory) {
 		{"a volume written since its newest snapshot is never unchanged", writtenIsNeverUnchanged},
 		{"rollback restores the data and destroys newer snapshots", rollbackRestores},
 		{"a stream closed early leaves no volume behind at the receiver", abortedStream},
+		{"an incremental closed early leaves the copy as it was, and a fresh one lands", abortedIncremental},
 		{"capacity shrinks by what volumes reserve", capacityAccounting},
 		{"a replacement swaps the copy only once the stream is whole and commit agreed", replacement},
 	}
@@ -449,6 +450,55 @@ func abortedStream(t *testing.T, s ports.SnapshotStore) {
 	// The source is unharmed and can still be sent whole.
 	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
 		t.Fatalf("full transfer after the aborted one: %v", err)
+	}
+}
+
+// abortedIncremental: OpenZFS keeps a cut-off incremental as a partial
+// receive (resume token) and refuses any other stream into the volume
+// while it stays; a fresh incremental must still land.
+func abortedIncremental(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "data", "first")
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", To: "s1"}, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, src, "big", string(bytes.Repeat([]byte("ferry"), 200_000)))
+	if _, err := s.CreateSnapshot(ctx, "src", "s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Send(ctx, ports.SendRequest{Volume: "src", From: "s1", To: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 4096)
+	if _, err := io.ReadFull(r, head); err != nil {
+		t.Fatalf("reading the stream's start: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Receive(ctx, "dst", bytes.NewReader(head)); err == nil {
+		t.Fatal("a truncated incremental was received")
+	}
+	snaps, err := s.ListSnapshots(ctx, "dst")
+	if err != nil || len(snaps) != 1 || snaps[0].Name != "s1" {
+		t.Fatalf("after a truncated incremental: snapshots %+v, %v; want s1 only", snaps, err)
+	}
+	if err := transfer(t, s, ports.SendRequest{Volume: "src", From: "s1", To: "s2"}, "dst"); err != nil {
+		t.Fatalf("a fresh incremental after the cut-off one: %v", err)
+	}
+	if err := s.Remount(ctx, "dst"); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := s.GetVolume(ctx, "dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, dst, "big"); len(got) != 1_000_000 {
+		t.Fatalf("big is %d bytes after the fresh incremental; want 1000000", len(got))
 	}
 }
 
