@@ -87,6 +87,14 @@ demo: build zfs-up ## the main job: a file-backed pool, the driver, and a CSI cl
 demo-cluster: cluster-up cluster-deploy ## the demo's second act on the local cluster (brought up if needed, left up): a replicated claim, a pod writing, kubectl get rv, the pod moved to the other copy's node with its data, the move's time
 	go run ./tests/demo/cluster
 
+# The OpenZFS lane (tests/openzfs/README.md): real OpenZFS in qemu guests.
+OPENZFS_SERIES ?= 2.3 2.1
+.PHONY: openzfs-image test-openzfs
+openzfs-image: ## build (or reuse) the OpenZFS guest images (2.3, 2.1) (Debian 12, DKMS), cached in ~/.cache/ferry/openzfs
+	for s in $(OPENZFS_SERIES); do tests/openzfs/image.sh $$s; done
+test-openzfs: ## the OpenZFS lane: the contract suite, fences, csi-sanity, CSI node and replication tests on real OpenZFS 2.3 and 2.1 in qemu guests (2.1: the short plan)
+	tests/openzfs/lane.sh $(OPENZFS_SERIES)
+
 REPLICATION_TESTS = FERRY_BIN=$(BIN)/ferry $(1) $(GOTEST) -tags replication -count=1 -timeout 20m -v ./tests/replication/ 2>&1 | tests/scripts/summarize-go-test.sh
 
 test-replication: build zfs-up ## replication end to end: 3 pools, 3 volume managers per volume, mTLS over 127.0.0.1

@@ -206,8 +206,15 @@ func TestFenceStopsTheWritersOfAZFSVolumeAndRemovesThePodsMount(t *testing.T) {
 	}
 	// The pods' directory is a shared mount, as the kubelet's is: an
 	// unmount there reaches the namespaces that are its slaves.
+	// Private first: where the temporary directory's own mount is shared
+	// (the OpenZFS guest's /tmp), a bind of it joins that mount's peer
+	// group, and every mount made below pods would also appear below tmp
+	// itself, a path no kubelet has.
 	pods := filepath.Join(tmp, "pods")
 	bind(t, tmp, pods)
+	if err := unix.Mount("", pods, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
 	if err := unix.Mount("", pods, "", unix.MS_SHARED, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -262,10 +269,10 @@ func TestFenceStopsTheWritersOfAZFSVolumeAndRemovesThePodsMount(t *testing.T) {
 	idle.killed(t, "the process sitting in the mount")
 	container.killed(t, "the writer in a mount namespace of its own")
 	if !hostView.alive() {
-		t.Error("a namespace that sees the dataset only at its own mountpoint was stopped")
+		t.Errorf("a namespace that sees the dataset only at its own mountpoint was stopped (pid %d: %v)", hostView.pid, hostView.cmd.ProcessState)
 	}
 	if !nodeView.alive() {
-		t.Error("a namespace that sees the dataset only where the fence was given it (the node's tree) and holds nothing was stopped")
+		t.Errorf("a namespace that sees the dataset only where the fence was given it (the node's tree) and holds nothing was stopped (pid %d: %v)", nodeView.pid, nodeView.cmd.ProcessState)
 	}
 	got := pids(stopped)
 	if got[writer.pid] != "sh" || got[idle.pid] != "sleep" {

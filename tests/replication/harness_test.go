@@ -273,14 +273,34 @@ func (c *volumeCluster) statusOf(n replica.Node) (replication.Status, error) {
 
 func (c *volumeCluster) eventually(what string, timeout time.Duration, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
+	c.eventuallyProgressing(what, timeout, cond, nil)
+}
+
+// eventuallyProgressing is eventually whose deadline starts again each
+// time progress() says something new (a transfer's bytes growing): a
+// slow machine (the OpenZFS lane's emulated guest moves a couple of MB/s)
+// gets the time its transfers take, a stuck one fails after timeout, and
+// none waits more than ten times timeout in all (transfers that keep
+// restarting show new bytes too).
+func (c *volumeCluster) eventuallyProgressing(what string, timeout time.Duration, cond func() bool, progress func() string) {
+	c.t.Helper()
+	deadline, limit := time.Now().Add(timeout), time.Now().Add(10*timeout)
+	last := ""
 	for !cond() {
+		if progress != nil {
+			if p := progress(); p != last {
+				last, deadline = p, time.Now().Add(timeout)
+				if deadline.After(limit) {
+					deadline = limit
+				}
+			}
+		}
 		if time.Now().After(deadline) {
 			st, _ := c.state.Get(ctx, c.id)
 			for n, p := range c.logs {
 				c.t.Logf("---- %s log (tail):\n%s", n, tail(p, 15))
 			}
-			c.t.Fatalf("timed out after %s waiting until %s; state %+v", timeout, what, st)
+			c.t.Fatalf("timed out (%s without progress, or ten times that in all) waiting until %s; state %+v", timeout, what, st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -395,13 +415,26 @@ func (c *volumeCluster) converged(primary replica.Node, others ...replica.Node) 
 	if !ok {
 		c.t.Fatalf("primary %s holds no copy", primary)
 	}
-	c.eventually(fmt.Sprintf("%v hold %s's data (checksum %s)", others, primary, want), 90*time.Second, func() bool {
+	c.eventuallyProgressing(fmt.Sprintf("%v hold %s's data (checksum %s)", others, primary, want), 90*time.Second, func() bool {
 		for _, n := range others {
 			if got, ok := c.checksum(n); !ok || got != want {
 				return false
 			}
 		}
 		return true
+	}, func() string {
+		// What each receiver holds and how far its transfer has come.
+		var b strings.Builder
+		for _, n := range others {
+			if s, err := c.statusOf(n); err == nil {
+				fmt.Fprintf(&b, "%s:%d", n, s.Snapshot)
+				if s.Transfer != nil {
+					fmt.Fprintf(&b, "+%d", s.Transfer.Bytes)
+				}
+				b.WriteString(" ")
+			}
+		}
+		return b.String()
 	})
 	return want
 }
