@@ -15,10 +15,13 @@ if [ -e /dev/kvm ] && grep -qE 'vmx|svm' /proc/cpuinfo && ! grep -q '^kvm_pvm' /
 fi
 work="$(mktemp -d /var/tmp/ferry-openzfs.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT HUP
 truncate -s 16G "$work/scratch.raw"
 mkfs.ext4 -q -F "$work/scratch.raw"
 rm -f "$share/run.rc" "$share/run.log"
-timeout "$limit" qemu-system-x86_64 "${accel[@]}" -smp 2 -m 4096 \
+# --foreground: qemu stays in this script's process group, so that a
+# caller stopping the lane's group (CI's exit) stops the guest too.
+timeout --foreground "$limit" qemu-system-x86_64 "${accel[@]}" -smp 2 -m 4096 \
   -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
   -append "console=ttyS0 root=/dev/vda rw init=/ferry-init panic=-1 quiet" \
   -drive file="$img/root.raw",if=virtio,format=raw,snapshot=on \

@@ -21,6 +21,7 @@ log() { printf 'openzfs lane: %5ss  %s\n' "$SECONDS" "$*"; }
 
 work="$(mktemp -d /var/tmp/ferry-openzfs-lane.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT HUP
 share="$work/share"
 mkdir -p "$share/bin" "$share/src"
 

@@ -93,11 +93,20 @@ func TestTheSecondariesKeepFetchingWhileTheSharedStateCannotBeRead(t *testing.T)
 	if err != nil || st.Version != before.Version {
 		t.Fatalf("the state was written during the outage: %+v, %v (before: version %s)", st, err, before.Version)
 	}
-	c.eventually("every replica reported what it holds", 30*time.Second, func() bool {
+	// The primary snapshots every interval on (zfs-fuse cannot tell an
+	// idle interval), so on a loaded machine a secondary's report can
+	// trail its store by a snapshot at every look: what is checked is
+	// that every replica reports at least what it held when the state
+	// came back.
+	held := map[replica.Node]replica.Snap{}
+	for _, n := range nodes {
+		held[n] = c.newestStored(n)
+	}
+	c.eventually("every replica reported at least what it held when the state came back", 30*time.Second, func() bool {
 		st, _ := c.state.Get(ctx, c.id)
 		for _, n := range nodes {
 			r, _ := st.Replica(n)
-			if r.Snapshot == 0 || r.Holds() != c.newestStored(n) || !r.Ready {
+			if r.Snapshot == 0 || held[n].Newer(r.Holds()) || !r.Ready {
 				return false
 			}
 		}
