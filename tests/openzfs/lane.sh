@@ -5,7 +5,7 @@
 # project's files into a 9p share, boots the guest (boot.sh) to run
 # guest-tests.sh there, and prints the OpenZFS version and every suite's
 # result. 2.3 runs every suite; 2.1 the short plan (the contract suite,
-# fences, csi-sanity, the resume, space and rollback scenarios).
+# fences, the resume, space and rollback scenarios).
 # FERRY_OPENZFS_PLAN names the suites to run instead (guest-tests.sh).
 # Exits non-zero if any suite failed or the guest did not finish.
 # Timings inside the guest mean nothing (software emulation): this lane

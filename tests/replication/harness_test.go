@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,19 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
+
+// timeScale stretches every wait: FERRY_TEST_TIMESCALE (a whole number,
+// 1 by default) is set by the OpenZFS lane, whose emulated guest runs
+// these tests 10 to 20 times slower than the host and at the lowest
+// priority beside CI's other stages. The waits bound how long a step may
+// take; no test asserts a speed.
+var timeScale = func() time.Duration {
+	n, err := strconv.Atoi(os.Getenv("FERRY_TEST_TIMESCALE"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return time.Duration(n)
+}()
 
 func run(m *testing.M) int {
 	if _, err := exec.LookPath("zpool"); err != nil {
@@ -284,6 +298,7 @@ func (c *volumeCluster) eventually(what string, timeout time.Duration, cond func
 // restarting show new bytes too).
 func (c *volumeCluster) eventuallyProgressing(what string, timeout time.Duration, cond func() bool, progress func() string) {
 	c.t.Helper()
+	timeout *= timeScale
 	deadline, limit := time.Now().Add(timeout), time.Now().Add(10*timeout)
 	last := ""
 	for !cond() {
