@@ -424,13 +424,11 @@ func rollbackRestores(t *testing.T, s ports.SnapshotStore) {
 	}
 }
 
-func abortedStream(t *testing.T, s ports.SnapshotStore) {
-	src := mustCreate(t, s, "src")
-	write(t, src, "big", string(bytes.Repeat([]byte("ferry"), 200_000)))
-	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Send(ctx, ports.SendRequest{Volume: "src", To: "s1"})
+// streamStart is the first 4 KiB of req's stream, the sender closed
+// after them: a transfer cut off early.
+func streamStart(t *testing.T, s ports.SnapshotStore, req ports.SendRequest) []byte {
+	t.Helper()
+	r, err := s.Send(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +439,16 @@ func abortedStream(t *testing.T, s ports.SnapshotStore) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	err = s.Receive(ctx, "dst", bytes.NewReader(head))
+	return head
+}
+
+func abortedStream(t *testing.T, s ports.SnapshotStore) {
+	src := mustCreate(t, s, "src")
+	write(t, src, "big", string(bytes.Repeat([]byte("ferry"), 200_000)))
+	if _, err := s.CreateSnapshot(ctx, "src", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Receive(ctx, "dst", bytes.NewReader(streamStart(t, s, ports.SendRequest{Volume: "src", To: "s1"})))
 	if err == nil {
 		t.Fatal("a truncated stream was received")
 	}
@@ -469,17 +476,7 @@ func abortedIncremental(t *testing.T, s ports.SnapshotStore) {
 	if _, err := s.CreateSnapshot(ctx, "src", "s2", nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Send(ctx, ports.SendRequest{Volume: "src", From: "s1", To: "s2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	head := make([]byte, 4096)
-	if _, err := io.ReadFull(r, head); err != nil {
-		t.Fatalf("reading the stream's start: %v", err)
-	}
-	if err := r.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	head := streamStart(t, s, ports.SendRequest{Volume: "src", From: "s1", To: "s2"})
 	if err := s.Receive(ctx, "dst", bytes.NewReader(head)); err == nil {
 		t.Fatal("a truncated incremental was received")
 	}
