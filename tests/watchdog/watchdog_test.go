@@ -173,8 +173,10 @@ func TestAWriterIsStoppedOnceTheDeadlineOfADaemonThatIsGoneHasPassed(t *testing.
 	// The rule gives 1.5 margins before any survivor may take over; the
 	// stop came within the margins a survivor leaves (2), scheduling on a
 	// loaded machine included.
-	if lag > 2*margin {
-		t.Errorf("the writer was stopped %s after the deadline, more than two margins", lag)
+	// In the OpenZFS lane's emulated guest (FERRY_TEST_TIMESCALE) times
+	// mean nothing: the bound is stretched there; the host run keeps it.
+	if bound := 2 * margin * timeScale(); lag > bound {
+		t.Errorf("the writer was stopped %s after the deadline, more than two margins (%s)", lag, bound)
 	}
 	// Stopped (state T, read from /proc by haltedAt): it writes nothing
 	// until the daemon's fence kills it.
@@ -265,4 +267,15 @@ func haltedAt(t *testing.T, pid int) <-chan time.Time {
 		}
 	}()
 	return ch
+}
+
+// timeScale is FERRY_TEST_TIMESCALE (a whole number, 1 by default), set
+// by the OpenZFS lane whose guest is emulated and runs at the lowest
+// priority.
+func timeScale() time.Duration {
+	n, err := strconv.Atoi(os.Getenv("FERRY_TEST_TIMESCALE"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return time.Duration(n)
 }
