@@ -24,7 +24,7 @@ suite() {
   echo "$name: rc $rc in $(($(date +%s) - start)) s"
   [ "$rc" = 0 ] || fails=$((fails + 1))
 }
-t() { echo "/share/bin/$1.test" -test.v -test.count=1 -test.timeout 30m; }
+t() { echo "/share/bin/$1.test" -test.v -test.count=1 -test.timeout 60m; }
 # PLAN "full" runs every suite, "short" the contract suite, fences and
 # the resume, space and rollback scenarios; else it is a
 # list of suite names (zfs fence sanity csi mount watchdog replication).

@@ -59,7 +59,7 @@ for s in "${series[@]}"; do
   printf '#!/bin/sh\nexec sh /share/guest-tests.sh "%s"\n' "$plan" >"$share/run.sh"
   log "booting OpenZFS $s ($(tr '\n' ' ' <"${img[$s]}/versions.txt")), plan $plan"
   start=$SECONDS
-  if "$here/boot.sh" "${img[$s]}" "$share" "${FERRY_OPENZFS_TIMEOUT:-40m}"; then run=0; else run=$?; fi
+  if "$here/boot.sh" "${img[$s]}" "$share" "${FERRY_OPENZFS_TIMEOUT:-80m}"; then run=0; else run=$?; fi
   echo "openzfs $s: $(head -n 2 "$share/out/zfs-version" 2>/dev/null | tr '\n' ' ')($((SECONDS - start)) s in the guest)"
   cat "$share/run.log" 2>/dev/null || true
   for f in "$share"/out/*.rc; do
