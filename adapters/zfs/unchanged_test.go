@@ -27,18 +27,9 @@ esac
 // On OpenZFS an interval without writes is told by the written property;
 // zfs-fuse (which has none) is checked on the real pool by the contract.
 func TestOnOpenZFSAVolumeWithNothingWrittenSinceItsSnapshotIsUnchanged(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "zfs")
-	if err := os.WriteFile(bin, []byte(writtenZFS), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin, Zpool: fakeZpool(t, filepath.Dir(bin))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
 	ctx := context.Background()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := writtenStore(t, dir, fakeZpool(t, dir))
 	if ok, err := s.Unchanged(ctx, "vol-idle"); err != nil || !ok {
 		t.Fatalf("written=0: Unchanged = %v, %v; want true", ok, err)
 	}
@@ -70,18 +61,8 @@ esac
 // pool sync, or a primary would skip the snapshot of fresh writes.
 func TestOnOpenZFSAWrittenOfZeroIsBelievedOnlyAfterAPoolSync(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "zfs")
-	if err := os.WriteFile(bin, []byte(writtenZFS), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin, Zpool: fakeZpool(t, dir)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	if err := s.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := writtenStore(t, dir, fakeZpool(t, dir))
 	if ok, err := s.Unchanged(ctx, "vol-lagging"); err != nil || ok {
 		t.Fatalf("written 0 before the sync, 8K after: Unchanged = %v, %v; want false", ok, err)
 	}
@@ -101,23 +82,31 @@ func TestOnOpenZFSAWrittenOfZeroIsBelievedOnlyAfterAPoolSync(t *testing.T) {
 // A pool sync that fails leaves Unchanged unable to tell: false, no error.
 func TestOnOpenZFSAFailedPoolSyncCannotTell(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "zfs")
-	if err := os.WriteFile(bin, []byte(writtenZFS), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	zpool := filepath.Join(dir, "zpool")
 	if err := os.WriteFile(zpool, []byte("#!/bin/sh\necho \"cannot sync: I/O error\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := writtenStore(t, dir, zpool)
+	if ok, err := s.Unchanged(ctx, "vol-idle"); err != nil || ok {
+		t.Fatalf("the sync failed: Unchanged = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// writtenStore opens a store on the fake zfs CLI writtenZFS (written in
+// dir) and the zpool CLI at zpool.
+func writtenStore(t *testing.T, dir, zpool string) *zfs.Store {
+	t.Helper()
+	bin := filepath.Join(dir, "zfs")
+	if err := os.WriteFile(bin, []byte(writtenZFS), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin, Zpool: zpool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := s.Open(ctx); err != nil {
+	if err := s.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Unchanged(ctx, "vol-idle"); err != nil || ok {
-		t.Fatalf("the sync failed: Unchanged = %v, %v; want false, nil", ok, err)
-	}
+	return s
 }
