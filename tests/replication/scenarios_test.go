@@ -145,7 +145,9 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 
 func TestAReplicaWhosePoolIsFullFailsClearlyAndTheOthersAreUnaffected(t *testing.T) {
 	c := newVolume(t, "vol-full", 2)
-	c.write("a", "data.bin", 120<<20)
+	// Three times what c's pool has left (the OpenZFS guest writes and
+	// sends slowly: no more).
+	c.write("a", "data.bin", 48<<20)
 	// Fill c's pool: a reservation of all but 16 MiB of its free space.
 	avail, err := exec.Command("zfs", "get", "-H", "-p", "-o", "value", "available", pools["c"].Name).Output()
 	if err != nil {
