@@ -60,9 +60,13 @@ resume_paused() {
     wait_ns=$(($1 - $(date +%s%N)))
     if [ "$wait_ns" -gt 0 ]; then sleep "$(printf '%d.%09d' $((wait_ns / 1000000000)) $((wait_ns % 1000000000)))"; fi
   fi
+  # The instant the processes continue (a test measures from it, not from
+  # when it ran this script).
+  local cont_ns
+  cont_ns=$(date +%s%N)
   if [ ${#pids[@]} -gt 0 ]; then kill -CONT "${pids[@]}" 2>/dev/null || true; fi
   rm -f "$paused"
-  log "node $n resumed (${#pids[@]} processes)"
+  log "node $n resumed at $cont_ns (${#pids[@]} processes)"
 }
 
 # The API server's address and port, dropped for the node itself (OUTPUT:

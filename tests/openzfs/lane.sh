@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # lane.sh [SERIES...]: the OpenZFS lane (issue 24). For each series (2.3,
-# 2.1; both by default) it builds or reuses the guest image (image.sh),
-# builds the test binaries on the host (static, no cgo), copies the
-# project's files into a 9p share, boots the guest (boot.sh) to run
-# guest-tests.sh there, and prints the OpenZFS version and every suite's
-# result. 2.3 runs every suite; 2.1 the short plan (the contract suite,
+# 2.1; both by default, side by side) it builds or reuses the guest image
+# (image.sh) and boots the guest (boot.sh) to run guest-tests.sh there on
+# the test binaries built once on the host (static, no cgo) and the
+# project's files, shared by 9p; then prints the OpenZFS version and every
+# suite's result. 2.3 runs every suite; 2.1 the short plan (the contract suite,
 # fences, the resume, space and rollback scenarios).
 # FERRY_OPENZFS_PLAN names the suites to run instead (guest-tests.sh).
 # Exits non-zero if any suite failed or the guest did not finish.
@@ -25,14 +25,11 @@ trap 'exit 143' TERM INT HUP
 share="$work/share"
 mkdir -p "$share/bin" "$share/src"
 
-# Images first: the first build takes ~15 min per series, and a failed
-# one should fail before anything else is spent.
-declare -A img
-for s in "${series[@]}"; do
-  log "image $s"
-  img[$s]="$("$here/image.sh" "$s")"
-done
-
+# The test binaries first (a minute), then each series on its own: its
+# image built or reused, then its guest booted with its own share. The
+# series run side by side, so a fresh machine's second image builds while
+# the first guest runs, and a guest that waits (the tests poll) leaves the
+# cores to the other; image.sh builds one image at a time (a lock).
 log "test binaries"
 (
   cd "$repo"
@@ -50,37 +47,59 @@ log "test binaries"
 )
 install -m 0755 "$here/guest-tests.sh" "$share/guest-tests.sh"
 
-rc=0
-for s in "${series[@]}"; do
+# one SERIES: image, then guest; writes $work/SERIES.report and .rc.
+one() {
+  local s="$1" plan img start run
+  local sh="$work/share-$s" report="$work/$s.report"
   plan=full
   [ "$s" = 2.3 ] || plan=short
   plan="${FERRY_OPENZFS_PLAN:-$plan}"
-  rm -rf "$share/out"
-  printf '#!/bin/sh\nexec sh /share/guest-tests.sh "%s"\n' "$plan" >"$share/run.sh"
-  log "booting OpenZFS $s ($(tr '\n' ' ' <"${img[$s]}/versions.txt")), plan $plan"
-  start=$SECONDS
-  if "$here/boot.sh" "${img[$s]}" "$share" "${FERRY_OPENZFS_TIMEOUT:-80m}"; then run=0; else run=$?; fi
-  echo "openzfs $s: $(head -n 2 "$share/out/zfs-version" 2>/dev/null | tr '\n' ' ')($((SECONDS - start)) s in the guest)"
-  cat "$share/run.log" 2>/dev/null || true
-  for f in "$share"/out/*.rc; do
-    [ -f "$f" ] || continue
-    name="$(basename "$f" .rc)"
-    if [ "$(cat "$f")" != 0 ]; then
-      echo "---- openzfs $s: $name failed; its failures:"
-      grep -E -e '--- FAIL|^FAIL|Error Trace|Error:|panic:|^\s+\S+_test\.go:[0-9]+:|Failed|\[FAIL\]' "$share/out/$name.log" | head -80 || true
-      echo "---- (the log's end)"
-      tail -40 "$share/out/$name.log"
-    else
-      summary="$(grep -cE -e '^--- PASS' "$share/out/$name.log" || true) tests passed"
-      [ "$summary" != "0 tests passed" ] || summary="$(grep -oE '[0-9]+ Passed \| [0-9]+ Failed' "$share/out/$name.log" | tail -n 1)"
-      echo "openzfs $s: $name ok ($summary)"
-    fi
-  done
-  if [ "$run" != 0 ]; then
-    rc=1
-    if [ -n "${FERRY_OPENZFS_KEEP:-}" ]; then
-      mkdir -p "$FERRY_OPENZFS_KEEP/$s" && cp -a "$share/out" "$share/console.log" "$FERRY_OPENZFS_KEEP/$s/" 2>/dev/null || true
-    fi
+  log "image $s"
+  if ! img="$("$here/image.sh" "$s" 2>"$work/$s.image.log")"; then
+    { echo "openzfs $s: the image failed to build:"; tail -30 "$work/$s.image.log"; } >"$report"
+    echo 1 >"$work/$s.rc"
+    return
   fi
+  cp -al "$share" "$sh"
+  printf '#!/bin/sh\nexec sh /share/guest-tests.sh "%s"\n' "$plan" >"$sh/run.sh"
+  log "booting OpenZFS $s ($(tr '\n' ' ' <"$img/versions.txt")), plan $plan"
+  start=$SECONDS
+  if "$here/boot.sh" "$img" "$sh" "${FERRY_OPENZFS_TIMEOUT:-80m}" 2>"$work/$s.boot.log"; then run=0; else run=$?; fi
+  log "OpenZFS $s done: $((SECONDS - start)) s in the guest"
+  {
+    echo "openzfs $s: $(head -n 2 "$sh/out/zfs-version" 2>/dev/null | tr '\n' ' ')($((SECONDS - start)) s in the guest)"
+    cat "$work/$s.boot.log"
+    cat "$sh/run.log" 2>/dev/null || true
+    for f in "$sh"/out/*.rc; do
+      [ -f "$f" ] || continue
+      name="$(basename "$f" .rc)"
+      if [ "$(cat "$f")" != 0 ]; then
+        echo "---- openzfs $s: $name failed; its failures:"
+        grep -E -e '--- FAIL|^FAIL|Error Trace|Error:|panic:|^\s+\S+_test\.go:[0-9]+:|Failed|\[FAIL\]' "$sh/out/$name.log" | head -80 || true
+        echo "---- (the log's end)"
+        tail -40 "$sh/out/$name.log"
+      else
+        summary="$(grep -cE -e '^--- PASS' "$sh/out/$name.log" || true) tests passed"
+        [ "$summary" != "0 tests passed" ] || summary="$(grep -oE '[0-9]+ Passed \| [0-9]+ Failed' "$sh/out/$name.log" | tail -n 1)"
+        echo "openzfs $s: $name ok ($summary)"
+      fi
+    done
+  } >"$report"
+  if [ "$run" != 0 ] && [ -n "${FERRY_OPENZFS_KEEP:-}" ]; then
+    mkdir -p "$FERRY_OPENZFS_KEEP/$s" && cp -a "$sh/out" "$sh/console.log" "$FERRY_OPENZFS_KEEP/$s/" 2>/dev/null || true
+  fi
+  echo "$run" >"$work/$s.rc"
+}
+
+pids=()
+for s in "${series[@]}"; do
+  one "$s" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+rc=0
+for s in "${series[@]}"; do
+  cat "$work/$s.report" 2>/dev/null || echo "openzfs $s: no report"
+  [ "$(cat "$work/$s.rc" 2>/dev/null)" = 0 ] || rc=1
 done
 exit "$rc"

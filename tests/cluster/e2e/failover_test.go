@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,6 +36,26 @@ func nodeFault(t *testing.T, action, node string) {
 	if err != nil {
 		t.Fatalf("node.sh %s %s: %v\n%s", action, node, err, out)
 	}
+}
+
+// resumeNode continues a paused node (node.sh resume) and returns the
+// instant its processes were continued, as node.sh logged it: a bound on
+// what they do after it does not count the script's own start.
+func resumeNode(t *testing.T, node string) time.Time {
+	t.Helper()
+	out, err := exec.Command("../node.sh", "resume", node).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node.sh resume %s: %v\n%s", node, err, out)
+	}
+	m := regexp.MustCompile(`resumed at ([0-9]+) `).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("node.sh resume %s logged no instant: %s", node, out)
+	}
+	ns, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(0, ns)
 }
 
 // hostLast is the last number in node's copy of the log, read on the host

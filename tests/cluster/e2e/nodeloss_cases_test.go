@@ -344,8 +344,7 @@ func TestNodeLossPausedPrimaryNodeFailsOver(t *testing.T) {
 		t.Fatalf("the paused node's log %s: %v (last token %q)", path, err, old)
 	}
 	base := most[old]
-	resumeAt := time.Now()
-	nodeFault(t, "resume", first)
+	resumeAt := resumeNode(t, first)
 	last, grewAt := base, resumeAt
 	for {
 		// A copy being rolled back or replaced may be unreadable for a
