@@ -79,8 +79,21 @@ func namespace(t *testing.T) string {
 	must(t, "", "create", "namespace", ns)
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := kubectl(t, "", "-n", ns, "get", "pods,pvc,volumesnapshots,events", "-o", "wide")
-			t.Logf("namespace %s at failure:\n%s", ns, out)
+			// Compact: CI shows a test's output from its end, and the
+			// failure's own line (printed before this) must stay in view.
+			out, _ := kubectl(t, "", "-n", ns, "get", "pods,pvc", "-o", "wide")
+			ev, _ := kubectl(t, "", "-n", ns, "get", "events", "--sort-by=.lastTimestamp", "-o",
+				`jsonpath={range .items[*]}{.lastTimestamp} {.reason} {.involvedObject.kind}/{.involvedObject.name}: {.message}{"\n"}{end}`)
+			lines := strings.Split(strings.TrimSpace(ev), "\n")
+			if len(lines) > 20 {
+				lines = lines[len(lines)-20:]
+			}
+			for i, l := range lines {
+				if len(l) > 200 {
+					lines[i] = l[:200] + "…"
+				}
+			}
+			t.Logf("namespace %s at failure (the failure's line is above):\n%s\nits last events:\n%s", ns, out, strings.Join(lines, "\n"))
 		}
 		_, _ = kubectl(t, "", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
 	})
