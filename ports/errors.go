@@ -29,6 +29,9 @@ var (
 	// ErrUnavailable: a peer or service did not answer; the same call may
 	// succeed later or against another peer.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrKeyRejected: the key given for an encrypted volume is not its
+	// key (checked before anything is loaded or mounted).
+	ErrKeyRejected = errors.New("encryption key rejected")
 	// ErrUnsupported: the implementation cannot do this at all (a state
 	// store that cannot watch); the caller falls back (polls).
 	ErrUnsupported = errors.New("not supported by this implementation")

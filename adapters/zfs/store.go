@@ -39,6 +39,9 @@ type Store struct {
 	resumable bool
 	// txg: the shared `zpool sync` that makes a written=0 truthful.
 	txg *poolSync
+	// encrypts: the pool can hold encrypted datasets (OpenZFS with
+	// feature@encryption); zfs-fuse cannot (encryption.go).
+	encrypts bool
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -81,6 +84,7 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
+	s.encrypts = s.detectEncryption(ctx)
 	return nil
 }
 
@@ -108,7 +112,7 @@ func (s *Store) getDepth(ctx context.Context, depth int, targets ...string) ([]*
 	if depth > 0 {
 		args = append(args, "-d", strconv.Itoa(depth))
 	}
-	args = append(args, propList)
+	args = append(args, s.listProps())
 	args = append(args, targets...)
 	out, err := s.run.zfs(ctx, args...)
 	if err != nil {
@@ -138,6 +142,7 @@ func (s *Store) volumeInfo(id volume.ID, row *propRow) ports.VolumeInfo {
 		MountSource:    row.name,
 		Properties:     props,
 		Metadata:       row.meta,
+		Encryption:     s.stored(row),
 	}
 }
 
