@@ -172,13 +172,14 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 	case volume.FromVolume:
 		info, err = c.copyFromVolume(ctx, nv, spec.Source.ID)
 	default:
-		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: spec.Size, Properties: params.Properties, Metadata: meta})
+		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: spec.Size, Properties: params.Properties, Metadata: meta,
+			Encryption: params.Encryption, Key: spec.Key})
 	}
 	if err != nil {
 		return Volume{}, err
 	}
 	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
-		zap.Int("replicationFactor", params.ReplicationFactor))
+		zap.Int("replicationFactor", params.ReplicationFactor), zap.String("encryption", params.Encryption.Record()))
 	return c.replicate(ctx, c.volume(info, spec.Source), spec)
 }
 

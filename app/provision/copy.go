@@ -126,5 +126,11 @@ func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) 
 	if err := c.store.SetMetadata(ctx, id, t.metadata); err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	return c.store.GetVolume(ctx, id)
+	info, err = c.store.GetVolume(ctx, id)
+	if err == nil && volume.Encrypted(info.Metadata[ports.MetaEncryption], info.Encryption) {
+		// The source was encrypted: its raw stream made a copy under the
+		// source's key, not the new volume's class's. Not kept (yet).
+		return ports.VolumeInfo{}, fmt.Errorf("volume %s is encrypted: a restore or clone of it: %w", req.Volume, volume.ErrUnsupported)
+	}
+	return info, err
 }
