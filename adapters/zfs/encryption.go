@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -97,7 +99,14 @@ func (s *Store) encryptionArgs(e volume.Encryption) ([]string, error) {
 // sendVerdict reads the record and the pool's word on a dataset about to
 // be sent (the row of its `zfs get`) and asks the domain how to send it.
 func (s *Store) sendVerdict(row *propRow) (volume.SendVerdict, error) {
-	return volume.DecideSend(row.meta[ports.MetaEncryption], s.stored(row))
+	v, err := volume.DecideSend(row.meta[ports.MetaEncryption], s.stored(row))
+	if err == nil && v.ParentEncrypted {
+		s.parentEncrypted.Do(func() {
+			s.log.Info("volumes here are encrypted at rest by their parent dataset (its key, the operator's): they are sent decrypted over the peers' mTLS, as ordinary volumes",
+				zap.String("dataset", row.name), zap.String("encryptionroot", row.native["encryptionroot"]))
+		})
+	}
+	return v, err
 }
 
 // tokenRaw tells from `zfs send -nvt` output whether the interrupted

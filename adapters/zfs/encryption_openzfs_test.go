@@ -183,9 +183,10 @@ func TestOnOpenZFSAnEncryptedVolumeReplicatesRawAndItsSecondaryHoldsNoKey(t *tes
 	}
 }
 
-// A dataset encrypted by its parent (the operator's key) is never sent:
-// not decrypted, not raw as if its key were its own.
-func TestOnOpenZFSAVolumeEncryptedByItsParentIsNeverSent(t *testing.T) {
+// A volume under an encrypted parent (a Ferry parent dataset under
+// `zpool create -O encryption=on`, the operator's key) is an ordinary
+// volume: sent as before encryption, not raw, not refused.
+func TestOnOpenZFSAVolumeEncryptedByItsParentIsSentAsAnOrdinaryVolume(t *testing.T) {
 	pool := zfstest.NewPool(t, "ferry-encparent", "1G")
 	s := newStore(t, pool)
 	requireEncryption(t, s)
@@ -208,7 +209,20 @@ func TestOnOpenZFSAVolumeEncryptedByItsParentIsNeverSent(t *testing.T) {
 	if _, err := inner.CreateSnapshot(ctx, "inherits", "ferry-1-1", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inner.Send(ctx, ports.SendRequest{Volume: "inherits", To: "ferry-1-1"}); !errors.Is(err, volume.ErrNotFerrysKey) {
-		t.Fatalf("Send of a volume encrypted by its parent: %v, want ErrNotFerrysKey", err)
+	r, err := inner.Send(ctx, ports.SendRequest{Volume: "inherits", To: "ferry-1-1"})
+	if err != nil {
+		t.Fatalf("Send of a volume encrypted by its parent: %v, want sent as an ordinary volume", err)
+	}
+	stream, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || len(stream) == 0 {
+		t.Fatalf("the stream of a volume encrypted by its parent: %d bytes, %v", len(stream), err)
+	}
+	plain := newStore(t, zfstest.NewPool(t, "ferry-encparent-dst", "1G"))
+	if err := plain.Receive(ctx, "inherits", bytes.NewReader(stream)); err != nil {
+		t.Fatalf("a plaintext pool could not receive it (was it sent raw?): %v", err)
+	}
+	if info, err := plain.GetVolume(ctx, "inherits"); err != nil || info.Encryption.Encrypted() || info.Metadata[ports.MetaEncryption] != "" {
+		t.Fatalf("the received copy: %+v, %v; want plaintext, no encryption record", info, err)
 	}
 }

@@ -65,6 +65,7 @@ case "$*" in
   "mount tank/ferry/vol-e") ;;
   "send -w -i tank/ferry/vol-e@ferry-1-1 tank/ferry/vol-e@ferry-1-2") printf 'RAW' ;;
   "send -i tank/ferry/vol-p@ferry-1-1 tank/ferry/vol-p@ferry-1-2") printf 'PLAIN' ;;
+  "send -i tank/ferry/vol-i@ferry-1-1 tank/ferry/vol-i@ferry-1-2") printf 'PARENT' ;;
   "send -n -v -t 1-plain") printf 'resume token contents:\nnvlist version: 0\n\ttoname = tank/ferry/vol-e@ferry-1-2\n\tembedok\n' ;;
   "send -n -v -t 1-raw") printf 'resume token contents:\nnvlist version: 0\n\ttoname = tank/ferry/vol-e@ferry-1-2\n\tembedok\n\trawok\n' ;;
   "send -t 1-raw") printf 'RAW-RESUMED' ;;
@@ -171,10 +172,13 @@ func TestAnEncryptedVolumeIsSentRawAndAPlaintextOneNever(t *testing.T) {
 	if got, err := read("vol-p"); err != nil || got != "PLAIN" {
 		t.Fatalf("send of a plaintext volume: %q, %v", got, err)
 	}
-	for _, id := range []volume.ID{"vol-x", "vol-i"} {
-		if _, err := read(id); !errors.Is(err, volume.ErrNotFerrysKey) {
-			t.Fatalf("send of %s (encrypted, not Ferry's key): %v, want ErrNotFerrysKey", id, err)
-		}
+	// An ordinary volume encrypted by its parent (encryptionroot the
+	// parent) is sent as before encryption: not raw, not refused.
+	if got, err := read("vol-i"); err != nil || got != "PARENT" {
+		t.Fatalf("send of a volume encrypted by its parent: %q, %v; want sent as an ordinary volume", got, err)
+	}
+	if _, err := read("vol-x"); !errors.Is(err, volume.ErrNotFerrysKey) {
+		t.Fatalf("send of vol-x (its own encryption root, no record of Ferry's): %v, want ErrNotFerrysKey", err)
 	}
 	argv := f.argv(t)
 	for _, line := range strings.Split(argv, "\n") {
@@ -184,7 +188,10 @@ func TestAnEncryptedVolumeIsSentRawAndAPlaintextOneNever(t *testing.T) {
 		if strings.HasPrefix(line, "send") && strings.Contains(line, "vol-e") && !strings.Contains(line, "-w") {
 			t.Errorf("an encrypted volume was sent without -w: %s", line)
 		}
-		if strings.HasPrefix(line, "send") && (strings.Contains(line, "vol-x") || strings.Contains(line, "vol-i")) {
+		if strings.HasPrefix(line, "send") && strings.Contains(line, "vol-i") && strings.Contains(line, "-w") {
+			t.Errorf("a volume encrypted by its parent was sent raw: %s", line)
+		}
+		if strings.HasPrefix(line, "send") && strings.Contains(line, "vol-x") {
 			t.Errorf("a refused volume was sent: %s", line)
 		}
 	}

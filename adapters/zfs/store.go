@@ -7,7 +7,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	gozfs "github.com/mistifyio/go-zfs/v3"
 
@@ -42,6 +45,11 @@ type Store struct {
 	// encrypts: the pool can hold encrypted datasets (OpenZFS with
 	// feature@encryption); zfs-fuse cannot (encryption.go).
 	encrypts bool
+	// log: what the store tells the operator once (SetLogger).
+	log *zap.Logger
+	// parentEncrypted logs once per process that volumes are encrypted
+	// at rest by their parent and sent decrypted over mTLS.
+	parentEncrypted sync.Once
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -69,7 +77,16 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync()}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync(), log: zap.NewNop()}, nil
+}
+
+// SetLogger sets where the store logs what the operator should know once
+// (the encryption mode found, volumes encrypted by their parent); no
+// logging without it. Call it before Open.
+func (s *Store) SetLogger(log *zap.Logger) {
+	if log != nil {
+		s.log = log
+	}
 }
 
 // Open checks that the pool exists and creates the parent dataset if needed.

@@ -226,35 +226,49 @@ type SendVerdict struct {
 	// Raw: `zfs send -w`, the blocks as stored, encrypted; the receiver
 	// needs no key and gets none.
 	Raw bool
+	// ParentEncrypted: an ordinary volume (no record, or recorded off)
+	// under an encrypted parent dataset: at rest it is encrypted with
+	// the parent's key, which the operator manages; it is sent as before
+	// encryption (not raw: decrypted, over the peers' mTLS).
+	ParentEncrypted bool
 }
 
 // DecideSend is the rule of every stream of a volume (full, incremental,
-// resumed, a replacement's, a copy kept aside): a volume Ferry encrypted
-// is sent raw, always; a plaintext one never raw. It fails closed: a
-// dataset ZFS says is encrypted is sent only when Ferry's record says it
-// made it its own encryption root; a missing or unreadable record, an
-// encryption inherited from an encrypted parent (the key is not the
-// volume's), or a record that disagrees with the pool refuses the send
-// (ErrNotFerrysKey) rather than decrypting it into a plaintext stream.
+// resumed, a replacement's, a copy kept aside):
+//
+//   - Ferry-encrypted (Ferry's record says encrypted AND the dataset is
+//     its own encryption root): raw, always;
+//   - an ordinary volume (no record, or recorded off): not raw, exactly as
+//     before encryption, plaintext or encrypted by an encrypted parent
+//     (its encryptionroot is not itself: the key is the parent's, the
+//     operator's, and the receiving node's parent holds one too);
+//   - everything else fails closed (ErrNotFerrysKey): a record saying
+//     encrypted that the pool contradicts (plaintext, or a parent's key),
+//     a dataset that is its own encryption root without Ferry's record,
+//     an unreadable record on an encrypted dataset, or a pool that did
+//     not say.
 func DecideSend(record string, st Stored) (SendVerdict, error) {
 	rec, ok := ParseEncryptionRecord(record)
+	ferry := ok && rec.On()
+	ordinary := record == "" || (ok && !rec.On())
 	switch {
 	case !st.Known:
 		return SendVerdict{}, fmt.Errorf("the pool did not say whether the dataset is encrypted: not sent: %w", ErrNotFerrysKey)
-	case !st.Encrypted() && (!ok || !rec.On()):
-		// Plaintext, recorded so or never recorded (a volume from before
-		// encryption, or a copy of one): as before.
-		return SendVerdict{}, nil
-	case !st.Encrypted():
+	case ferry && !st.Encrypted():
 		return SendVerdict{}, fmt.Errorf("recorded as encrypted (%s) but the dataset is not: not sent: %w", record, ErrNotFerrysKey)
-	case !ok:
-		return SendVerdict{}, fmt.Errorf("encrypted (%s) without Ferry's record of it: never sent decrypted, nor raw with a key Ferry does not manage: %w", st.Cipher, ErrNotFerrysKey)
-	case !rec.On():
-		return SendVerdict{}, fmt.Errorf("encrypted (%s) by an encrypted parent, created unencrypted by Ferry: never sent decrypted: %w", st.Cipher, ErrNotFerrysKey)
-	case !st.OwnRoot:
+	case ferry && !st.OwnRoot:
 		return SendVerdict{}, fmt.Errorf("recorded as encrypted but not its own encryption root (its key is a parent's): not sent: %w", ErrNotFerrysKey)
+	case ferry:
+		return SendVerdict{Raw: true}, nil
+	case !st.Encrypted():
+		// Plaintext, recorded so or never recorded: as before.
+		return SendVerdict{}, nil
+	case st.OwnRoot:
+		return SendVerdict{}, fmt.Errorf("its own encryption root (%s) without Ferry's record of it (record %q): never sent decrypted, nor raw with a key Ferry does not manage: %w", st.Cipher, record, ErrNotFerrysKey)
+	case ordinary:
+		return SendVerdict{ParentEncrypted: true}, nil
 	}
-	return SendVerdict{Raw: true}, nil
+	return SendVerdict{}, fmt.Errorf("encrypted (%s) with an unreadable record of Ferry's: not sent: %w", st.Cipher, ErrNotFerrysKey)
 }
 
 // RecordReceived is the record a copy gets after a full stream landed
@@ -305,9 +319,11 @@ func KeyToLoad(record string, st Stored, secrets map[string]string) (KeyVerdict,
 	return KeyVerdict{}, nil
 }
 
-// Encrypted reports whether a volume is encrypted by Ferry's record or by
-// what the pool shows (a copy of it must then not be made as if plain).
+// Encrypted reports whether a volume is Ferry-encrypted, or cannot be
+// sent as an ordinary volume (DecideSend refuses it): a copy of it must
+// then not be made as if plain. An ordinary volume under an encrypted
+// parent is not: it is copied as before encryption.
 func Encrypted(record string, st Stored) bool {
-	rec, ok := ParseEncryptionRecord(record)
-	return (ok && rec.On()) || st.Encrypted()
+	v, err := DecideSend(record, st)
+	return err != nil || v.Raw
 }

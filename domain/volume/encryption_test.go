@@ -135,7 +135,9 @@ var (
 	ownRoot     = Stored{Known: true, Cipher: "aes-256-gcm", OwnRoot: true, KeyFormat: KeyPassphrase}
 	ownRootOpen = Stored{Known: true, Cipher: "aes-256-gcm", OwnRoot: true, KeyFormat: KeyPassphrase, KeyLoaded: true}
 	inherited   = Stored{Known: true, Cipher: "aes-256-gcm", OwnRoot: false, KeyFormat: KeyPassphrase, KeyLoaded: true}
-	unknown     = Stored{}
+	// inheritedShut: a parent's key not loaded on this node.
+	inheritedShut = Stored{Known: true, Cipher: "aes-256-gcm", OwnRoot: false, KeyFormat: KeyPassphrase}
+	unknown       = Stored{}
 )
 
 const encRecord = "aes-256-gcm/passphrase"
@@ -154,8 +156,11 @@ func TestAVolumeFerryEncryptedIsSentRawAndNothingEncryptedIsEverSentDecrypted(t 
 		{"Ferry's own encryption root, key loaded (the primary)", encRecord, ownRootOpen, true, false},
 		{"encrypted, no record", "", ownRootOpen, false, true},
 		{"encrypted, an unreadable record", "aes-256-gcm", ownRootOpen, false, true},
-		{"encrypted by a parent, record off", "off", inherited, false, true},
-		{"encrypted by a parent, no record", "", inherited, false, true},
+		{"encrypted by a parent, record off: an ordinary volume", "off", inherited, false, false},
+		{"encrypted by a parent, no record: an ordinary volume", "", inherited, false, false},
+		{"encrypted by a parent, key not loaded, no record: an ordinary volume", "", inheritedShut, false, false},
+		{"encrypted by a parent, an unreadable record", "aes-256-gcm", inherited, false, true},
+		{"its own root, recorded off", "off", ownRootOpen, false, true},
 		{"recorded encrypted, inherits its parent's key", encRecord, inherited, false, true},
 		{"recorded encrypted, the pool says plaintext", encRecord, plainPool, false, true},
 		{"the pool did not answer", "off", unknown, false, true},
@@ -172,6 +177,9 @@ func TestAVolumeFerryEncryptedIsSentRawAndNothingEncryptedIsEverSentDecrypted(t 
 			}
 			if err != nil || v.Raw != c.raw {
 				t.Fatalf("DecideSend = %+v, %v; want raw %v", v, err, c.raw)
+			}
+			if want := !c.raw && c.st.Encrypted(); v.ParentEncrypted != want {
+				t.Fatalf("DecideSend = %+v; want ParentEncrypted %v", v, want)
 			}
 		})
 	}
@@ -253,6 +261,27 @@ func TestAnEncryptionRecordRoundTrips(t *testing.T) {
 	for _, bad := range []string{"", "on", "aes-256-gcm", "aes-256-gcm/", "/passphrase", "aes-256-gcm/file", "rot13/raw"} {
 		if _, ok := ParseEncryptionRecord(bad); ok {
 			t.Errorf("%q was read as a record", bad)
+		}
+	}
+}
+
+func TestACopyIsRefusedOnlyForWhatIsNotAnOrdinaryVolume(t *testing.T) {
+	cases := []struct {
+		name      string
+		record    string
+		st        Stored
+		encrypted bool
+	}{
+		{"plaintext", "", plainPool, false},
+		{"encrypted by a parent: copied as before", "", inherited, false},
+		{"encrypted by a parent, recorded off", "off", inherited, false},
+		{"Ferry-encrypted", encRecord, ownRoot, true},
+		{"its own root without Ferry's record", "", ownRoot, true},
+		{"the pool did not answer", "", unknown, true},
+	}
+	for _, c := range cases {
+		if got := Encrypted(c.record, c.st); got != c.encrypted {
+			t.Errorf("%s: Encrypted = %v, want %v", c.name, got, c.encrypted)
 		}
 	}
 }
