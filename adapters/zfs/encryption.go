@@ -30,21 +30,27 @@ var encryptionProps = []string{"encryption", "encryptionroot", "keystatus", "key
 const featureRaw = 1 << 24
 
 // detectEncryption asks whether the pool has OpenZFS's encryption feature
-// enabled (or active). zfs-fuse knows no such feature and answers an
-// error; a pool created with it disabled answers "disabled": neither can
-// create an encrypted dataset.
-func (s *Store) detectEncryption(ctx context.Context) bool {
+// enabled (or active). zfs-fuse knows no `encryption` property and
+// answers "bad property list: invalid property": only that means "cannot
+// encrypt"; a pool created with the feature disabled answers "disabled".
+// Any other failure (zfs or zpool not answering, the pool gone) is an
+// error: Open fails rather than guess the mode.
+func (s *Store) detectEncryption(ctx context.Context) (bool, error) {
 	// The property first: zfs-fuse refuses it, and is never asked about
 	// a feature it does not know.
 	if _, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "encryption", s.root); err != nil {
-		return false
+		var ce *CommandError
+		if errors.As(err, &ce) && (strings.Contains(ce.Stderr, "bad property list") || strings.Contains(ce.Stderr, "invalid property")) {
+			return false, nil
+		}
+		return false, fmt.Errorf("detecting whether pool %s can encrypt (zfs get encryption %s): %w", s.cfg.Pool, s.root, err)
 	}
 	out, err := s.run.zpool(ctx, "get", "-H", "-o", "value", "feature@encryption", s.cfg.Pool)
 	if err != nil {
-		return false
+		return false, fmt.Errorf("detecting whether pool %s can encrypt (zpool get feature@encryption): %w", s.cfg.Pool, err)
 	}
 	v := strings.TrimSpace(string(out))
-	return v == "enabled" || v == "active"
+	return v == "enabled" || v == "active", nil
 }
 
 // CanEncrypt reports whether the store's pool can hold encrypted volumes

@@ -283,3 +283,28 @@ func TestAPoolThatCannotEncryptRefusesAnEncryptedVolumeClearlyAndMakesNothing(t 
 		t.Fatalf("zfs-fuse was asked to create, or zpool about a feature it does not know:\n%s", f.argv(t))
 	}
 }
+
+// Only zfs-fuse's (and OpenZFS 0.7's) "bad property list: invalid
+// property" means the pool cannot encrypt; any other failure of the
+// detection fails Open, clearly, rather than guess the mode.
+func TestOpenFailsWhenTheEncryptionModeCannotBeDetected(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "zfs")
+	script := strings.Replace(fakeEncryptingZFS, `"get -H -o value encryption tank/ferry") echo off ;;`,
+		`"get -H -o value encryption tank/ferry") echo "cannot open 'tank/ferry': I/O error" >&2; exit 1 ;;`, 1)
+	if script == fakeEncryptingZFS {
+		t.Fatal("the fake was not changed")
+	}
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKE_ZFS_LOG", filepath.Join(dir, "argv.log"))
+	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin, Zpool: filepath.Join(dir, "no-zpool")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Open(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "can encrypt") || !strings.Contains(err.Error(), "I/O error") {
+		t.Fatalf("Open with an unexpected error from zfs get encryption: %v, want a failure naming the detection", err)
+	}
+}

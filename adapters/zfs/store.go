@@ -101,7 +101,16 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
-	s.encrypts = s.detectEncryption(ctx)
+	encrypts, err := s.detectEncryption(ctx)
+	if err != nil {
+		return err
+	}
+	s.encrypts = encrypts
+	if encrypts {
+		s.log.Info("zfs encryption: the pool can hold encrypted volumes (OpenZFS, feature@encryption)", zap.String("pool", s.cfg.Pool))
+	} else {
+		s.log.Info("zfs encryption: the pool cannot encrypt (zfs-fuse, or feature@encryption disabled): encrypted StorageClasses are refused here", zap.String("pool", s.cfg.Pool))
+	}
 	return nil
 }
 
