@@ -115,6 +115,27 @@ func (s *Store) sendVerdict(row *propRow) (volume.SendVerdict, error) {
 	return v, err
 }
 
+// knownPlain reports whether the volume was found, by an earlier check,
+// to be sent plain (not raw, not refused): its sends may start while the
+// ownership check runs, as on main. A volume's encryption never changes
+// after its creation; the verdict is forgotten when the dataset is
+// destroyed or replaced.
+func (s *Store) knownPlain(id volume.ID) bool {
+	_, ok := s.plain.Load(id)
+	return ok
+}
+
+// remember keeps a verdict of DecideSend: only "plain" is kept, a raw
+// or refused volume is checked before every send.
+func (s *Store) remember(id volume.ID, v volume.SendVerdict) {
+	if !v.Raw {
+		s.plain.Store(id, struct{}{})
+	}
+}
+
+// forget drops what is known of the volume's sends.
+func (s *Store) forget(id volume.ID) { s.plain.Delete(id) }
+
 // tokenRaw tells from `zfs send -nvt` output whether the interrupted
 // stream was raw (the token's boolean "rawok"): `zfs send -t` resumes it
 // with the flags it was started with.

@@ -44,6 +44,8 @@ case "$*" in
   "get -H -o value receive_resume_token tank/ferry") echo - ;;
   "get -H -o value encryption tank/ferry") echo off ;;
   "get -H -p -o name,property,value,source "*)
+    case "$*" in *vol-p*) sleep 0.3 ;; esac
+    trap 'echo "get-done" >> "$FAKE_ZFS_LOG"' EXIT
     shift 6
     for t in "$@"; do
       case "$t" in
@@ -306,5 +308,44 @@ func TestOpenFailsWhenTheEncryptionModeCannotBeDetected(t *testing.T) {
 	err = s.Open(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "can encrypt") || !strings.Contains(err.Error(), "I/O error") {
 		t.Fatalf("Open with an unexpected error from zfs get encryption: %v, want a failure naming the detection", err)
+	}
+}
+
+// On a pool that can encrypt, the first send of a volume waits for the
+// check (nothing is known of it yet: never a plaintext send of what may be
+// encrypted); once the volume is known to be plain, its sends overlap the
+// ownership check, as on main. An encrypted volume always waits.
+func TestAPlaintextVolumeKnownAsSuchOverlapsItsSendWithTheCheck(t *testing.T) {
+	f := newEncFake(t, fakeEncryptingZFS)
+	ctx := context.Background()
+	send := func(id volume.ID) string {
+		t.Helper()
+		before := len(f.argv(t))
+		r, err := f.store.Send(ctx, ports.SendRequest{Volume: id, From: "ferry-1-1", To: "ferry-1-2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r)
+		r.Close()
+		if len(b) == 0 {
+			t.Fatal("an empty stream")
+		}
+		return f.argv(t)[before:]
+	}
+	order := func(calls string) (sendAt, doneAt int) {
+		return strings.Index(calls, "send -"), strings.Index(calls, "get-done")
+	}
+	for i, want := range []bool{false, true, true} {
+		calls := send("vol-p")
+		sendAt, doneAt := order(calls)
+		if overlapped := sendAt < doneAt; overlapped != want || sendAt < 0 || doneAt < 0 {
+			t.Fatalf("send %d of a plaintext volume: overlapped %v, want %v; calls:\n%s", i+1, overlapped, want, calls)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		calls := send("vol-e")
+		if sendAt, doneAt := order(calls); sendAt < doneAt {
+			t.Fatalf("send %d of an encrypted volume started before its check ended:\n%s", i+1, calls)
+		}
 	}
 }

@@ -50,6 +50,9 @@ type Store struct {
 	// parentEncrypted logs once per process that volumes are encrypted
 	// at rest by their parent and sent decrypted over mTLS.
 	parentEncrypted sync.Once
+	// plain: volumes whose sends a check found plain (volume.ID to
+	// struct{}; encryption.go, knownPlain).
+	plain sync.Map
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)

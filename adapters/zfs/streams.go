@@ -17,8 +17,9 @@ import (
 // Send starts `zfs send [-w] [-i from] to` and returns its stdout. The
 // stream fails (never ends cleanly) if zfs send fails. A volume Ferry
 // encrypted is sent raw (-w), every stream of it; one the domain refuses
-// to send (volume.DecideSend: encrypted without Ferry's record, or with a
-// parent's key) is not sent at all.
+// to send (volume.DecideSend: its own encryption root without Ferry's
+// record, a record the pool contradicts) is not sent at all; an ordinary
+// volume (plaintext, or encrypted by its parent) is sent as on main.
 func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error) {
 	// One `zfs get` checks the dataset's ownership and that the snapshots
 	// exist: zfs send reports a missing one only after the caller started
@@ -46,20 +47,25 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 		if err != nil {
 			return nil, err
 		}
+		s.remember(req.Volume, v)
 		return s.resumeSend(ctx, req, v)
 	}
-	if s.encrypts {
+	if s.encrypts && !s.knownPlain(req.Volume) {
 		// Whether the stream is raw is known only once the dataset is
-		// read: the check comes first, and no plaintext send of an
-		// encrypted dataset is ever started.
+		// read: for a volume not yet known to be sent plain here, the
+		// check comes first, and no plaintext send of an encrypted
+		// dataset is ever started. Its verdict is kept: a volume's
+		// encryption never changes after its creation.
 		v, err := check()
 		if err != nil {
 			return nil, err
 		}
+		s.remember(req.Volume, v)
 		return s.run.stream(ctx, sendArgs(req, v, s.snapshot)...)
 	}
-	// A pool that cannot encrypt (zfs-fuse) sends plaintext only: zfs
-	// send starts while the check runs (it only reads), and its stream is
+	// A volume known to be sent plain (every volume of a pool that cannot
+	// encrypt, zfs-fuse; one checked before here), as on main: zfs send
+	// starts while the check runs (it only reads), and its stream is
 	// handed out only once the check passed: not one byte of a dataset
 	// that is not Ferry's leaves, and a small incremental does not wait
 	// for two commands one after the other.
@@ -67,7 +73,10 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	go func() {
 		v, err := check()
 		if err == nil && v.Raw {
-			err = fmt.Errorf("send %s: a raw stream asked of a pool that cannot encrypt: %w", req.Volume, volume.ErrNotFerrysKey)
+			err = fmt.Errorf("send %s: the volume is sent raw, not as plaintext: %w", req.Volume, volume.ErrNotFerrysKey)
+		}
+		if err != nil {
+			s.forget(req.Volume) // the next send checks first again
 		}
 		checked <- err
 	}()
@@ -209,6 +218,7 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 // moveIntoPlace renames a complete, marked staging dataset to the volume's
 // name and mounts it.
 func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string) error {
+	s.forget(id)
 	// zfs-fuse refuses to rename a mounted dataset ("dataset is busy").
 	err := retryBusy(ctx, func() error {
 		if err := s.unmount(ctx, staging); err != nil {

@@ -136,6 +136,7 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 // destroyDataset destroys the volume's own dataset and snapshots, leaving
 // its staging dataset alone.
 func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
+	s.forget(id)
 	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}
