@@ -164,11 +164,11 @@ const (
 	// read-only (why, for the operator), and removed when it lifts it.
 	MetaWritesLocked = "writes-locked"
 	// MetaEncryption is Ferry's decision on encryption
-	// (volume.Encryption.Record: "off" or "<cipher>/<keyformat>"), set by
-	// the store at creation of an encrypted volume and, on a copy
-	// received whole by a store that can encrypt, from what its
-	// stream was (volume.RecordReceived). Every send reads it
-	// (volume.DecideSend).
+	// (volume.Encryption.Record: "<cipher>/<keyformat>"; "off" is read as
+	// an ordinary volume, never written), set by the store at creation of
+	// an encrypted volume and on a copy received whole from a raw stream
+	// (volume.RecordReceived); a plaintext volume or copy has none, as on
+	// main. Every send reads it (volume.DecideSend).
 	MetaEncryption = "encryption"
 
 	// On snapshots:
@@ -179,8 +179,13 @@ const (
 // keys outside this list (the ZFS adapter asks for these by name).
 var MetadataKeys = []string{
 	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
-	MetaRemountedEpoch, MetaWritesLocked, MetaEncryption, MetaSnapshotName,
+	MetaRemountedEpoch, MetaWritesLocked, MetaSnapshotName,
 }
+
+// EncryptionMetadataKeys are the metadata keys a store that can encrypt
+// keeps besides MetadataKeys (a store that cannot, zfs-fuse, is asked for
+// exactly what it was before encryption).
+var EncryptionMetadataKeys = []string{MetaEncryption}
 
 // VolumeInfo describes a volume in the store.
 type VolumeInfo struct {

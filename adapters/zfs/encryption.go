@@ -60,7 +60,11 @@ func (s *Store) CanEncrypt() bool { return s.encrypts }
 // listProps is the -o property list of every `zfs get` of this store.
 func (s *Store) listProps() string {
 	if s.encrypts {
-		return propList + "," + strings.Join(encryptionProps, ",")
+		props := append([]string{}, encryptionProps...)
+		for _, k := range ports.EncryptionMetadataKeys {
+			props = append(props, userPropPrefix+k)
+		}
+		return propList + "," + strings.Join(props, ",")
 	}
 	return propList
 }
@@ -167,47 +171,34 @@ func (h *headerTap) raw() bool {
 	return streamRaw(h.head)
 }
 
-// receivedRecord reads what a full stream made of dataset and asks the
-// domain what the copy records (volume.RecordReceived). Only a store
-// that can encrypt records: elsewhere every copy is plaintext and stays
-// unrecorded, as before encryption.
-func (s *Store) receivedRecord(ctx context.Context, dataset string, raw bool) (map[string]string, error) {
+// receivedRecord asks the domain what a copy received whole records
+// (volume.RecordReceived) and whether it is mounted once in place. A
+// plaintext stream records nothing and is mounted, exactly as on main (no
+// property Ferry did not set there, and no extra read). A raw stream is
+// read from the staging dataset's row, before the rename, so that the
+// decision to mount never depends on a read after it: the copy records
+// its cipher and key format, and is left unmounted unless its key is
+// loaded here (a secondary of an encrypted volume holds ciphertext only).
+func (s *Store) receivedRecord(ctx context.Context, dataset string, raw bool) (meta map[string]string, mount bool, err error) {
+	if !raw {
+		return nil, true, nil
+	}
 	if !s.encrypts {
-		if raw {
-			return nil, fmt.Errorf("a raw stream on a pool that cannot encrypt: %w", volume.ErrNotFerrysKey)
-		}
-		return nil, nil
+		return nil, false, fmt.Errorf("a raw stream on a pool that cannot encrypt: %w", volume.ErrNotFerrysKey)
 	}
 	rows, err := s.get(ctx, dataset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(rows) != 1 {
-		return nil, fmt.Errorf("%s: zfs get returned %d datasets", dataset, len(rows))
-	}
-	rec, err := volume.RecordReceived(raw, s.stored(rows[0]))
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{ports.MetaEncryption: rec}, nil
-}
-
-// mountable reports whether dataset can be mounted now: a copy received
-// raw has no key loaded here, and is left unmounted (that is normal for a
-// secondary of an encrypted volume).
-func (s *Store) mountable(ctx context.Context, dataset string) (bool, error) {
-	if !s.encrypts {
-		return true, nil
-	}
-	rows, err := s.get(ctx, dataset)
-	if err != nil {
-		return false, err
-	}
-	if len(rows) != 1 {
-		return false, fmt.Errorf("%s: zfs get returned %d datasets", dataset, len(rows))
+		return nil, false, fmt.Errorf("%s: zfs get returned %d datasets", dataset, len(rows))
 	}
 	st := s.stored(rows[0])
-	return !st.Encrypted() || st.KeyLoaded, nil
+	rec, err := volume.RecordReceived(raw, st)
+	if err != nil {
+		return nil, false, err
+	}
+	return map[string]string{ports.MetaEncryption: rec}, st.KeyLoaded, nil
 }
 
 // LoadKey implements ports.SnapshotStore: `zfs load-key -n -L prompt`

@@ -143,7 +143,7 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 		return err
 	}
 	meta := map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}
-	rec, err := s.receivedRecord(ctx, staging, tap.raw())
+	rec, mount, err := s.receivedRecord(ctx, staging, tap.raw())
 	if err != nil {
 		if derr := s.destroyIfExists(context.WithoutCancel(ctx), staging); derr != nil {
 			err = errors.Join(err, fmt.Errorf("removing the received copy: %w", derr))
@@ -156,7 +156,7 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 	if err := s.setMeta(staging, meta); err != nil {
 		return err
 	}
-	return s.moveIntoPlace(ctx, id, staging)
+	return s.moveIntoPlace(ctx, id, staging, mount)
 }
 
 // ReceiveReplacement receives a full stream into the staging dataset while
@@ -196,7 +196,7 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 	meta[ports.MetaDriver], meta[ports.MetaVolume] = s.cfg.Driver, string(id)
 	// The encryption record is the new stream's, not the old copy's.
 	delete(meta, ports.MetaEncryption)
-	rec, err := s.receivedRecord(ctx, staging, tap.raw())
+	rec, mount, err := s.receivedRecord(ctx, staging, tap.raw())
 	if err != nil {
 		return discard(fmt.Errorf("receive %s: %w", id, err))
 	}
@@ -212,12 +212,13 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 	if err := s.destroyDataset(ctx, id); err != nil {
 		return discard(fmt.Errorf("receive %s: destroying the copy being replaced: %w", id, err))
 	}
-	return s.moveIntoPlace(ctx, id, staging)
+	return s.moveIntoPlace(ctx, id, staging, mount)
 }
 
 // moveIntoPlace renames a complete, marked staging dataset to the volume's
-// name and mounts it.
-func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string) error {
+// name and mounts it when mount says so (decided from the staging
+// dataset before the rename: receivedRecord).
+func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string, mount bool) error {
 	s.forget(id)
 	// zfs-fuse refuses to rename a mounted dataset ("dataset is busy").
 	err := retryBusy(ctx, func() error {
@@ -230,10 +231,10 @@ func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string)
 	if err != nil {
 		return fmt.Errorf("receive %s: moving the received dataset into place: %w", id, err)
 	}
-	if ok, err := s.mountable(ctx, s.dataset(id)); err != nil || !ok {
+	if !mount {
 		// A raw copy without its key stays unmounted: a secondary of an
 		// encrypted volume holds ciphertext only.
-		return err
+		return nil
 	}
 	if _, err := s.run.zfs(ctx, "mount", s.dataset(id)); err != nil && !strings.Contains(err.Error(), "already mounted") {
 		return fmt.Errorf("receive %s: mounting: %w", id, err)

@@ -274,11 +274,12 @@ func DecideSend(record string, st Stored) (SendVerdict, error) {
 // RecordReceived is the record a copy gets after a full stream landed
 // (streams carry no user properties): a raw stream must have made the copy
 // its own encryption root, and records its cipher and key format; a
-// plaintext stream records "off". Anything else is an error: the copy is
-// not kept as Ferry's.
+// plaintext stream records nothing ("": the copy's properties are those of
+// a copy before encryption, and DecideSend sends it as an ordinary
+// volume). Anything else is an error: the copy is not kept as Ferry's.
 func RecordReceived(raw bool, st Stored) (string, error) {
 	if !raw {
-		return recordOff, nil
+		return "", nil
 	}
 	if !st.Known || !st.Encrypted() || !st.OwnRoot || !contains(Ciphers, st.Cipher) || !validFormat(st.KeyFormat) {
 		return "", fmt.Errorf("a raw stream did not land as its own encryption root (encryption %q, own root %v, keyformat %q): %w", st.Cipher, st.OwnRoot, st.KeyFormat, ErrNotFerrysKey)

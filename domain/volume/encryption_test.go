@@ -189,8 +189,14 @@ func TestAReceivedCopyRecordsWhatItsStreamWas(t *testing.T) {
 	if rec, err := RecordReceived(true, ownRoot); err != nil || rec != encRecord {
 		t.Fatalf("a raw stream: %q, %v", rec, err)
 	}
-	if rec, err := RecordReceived(false, plainPool); err != nil || rec != "off" {
-		t.Fatalf("a plaintext stream: %q, %v", rec, err)
+	for name, st := range map[string]Stored{"plaintext": plainPool, "under an encrypted parent": inherited} {
+		rec, err := RecordReceived(false, st)
+		if err != nil || rec != "" {
+			t.Fatalf("a plaintext stream landed %s: %q, %v; want no record (as on main)", name, rec, err)
+		}
+		if v, err := DecideSend(rec, st); err != nil || v.Raw {
+			t.Fatalf("a plaintext copy landed %s, sent on: %+v, %v; want sent as an ordinary volume", name, v, err)
+		}
 	}
 	for name, st := range map[string]Stored{"plaintext": plainPool, "under an encrypted parent": inherited, "unknown": unknown} {
 		if rec, err := RecordReceived(true, st); !errors.Is(err, ErrNotFerrysKey) {
