@@ -56,10 +56,11 @@ type SnapshotStore interface {
 	// Capacity reports the bytes available for new volumes and the pool's size.
 	Capacity(ctx context.Context) (PoolCapacity, error)
 
-	// LoadKey loads the key of a volume Ferry encrypted and mounts it:
-	// the key is first checked without loading it, so that a wrong key
-	// answers ErrKeyRejected and changes nothing. A key already loaded is
-	// fine. ErrInvalid for a volume that is not encrypted, or a store
+	// LoadKey ensures the key of a volume Ferry encrypted is loaded and
+	// its filesystem mounted: the key is first checked without loading
+	// it, every time (also when it is already loaded), so that a wrong
+	// key answers ErrKeyRejected and changes nothing; a key already
+	// loaded is not loaded again, and an unmounted filesystem is mounted. ErrInvalid for a volume that is not encrypted, or a store
 	// that cannot encrypt. The key reaches the store's tool only on its
 	// standard input: never an argument, a file or the environment.
 	LoadKey(ctx context.Context, id volume.ID, key volume.Key) error

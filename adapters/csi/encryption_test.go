@@ -55,12 +55,15 @@ func TestCreateVolumeOfAnEncryptedClassRefusesBadInputWithInvalidArgumentAndCrea
 }
 
 // encryptedStore shows every volume as one Ferry encrypted, its key not
-// loaded (a secondary's copy), and loads only goodKey.
+// loaded (a secondary's copy), and loads only goodKey; a loaded key mounts
+// the dataset at its mountpoint in mounter unless noMount.
 type encryptedStore struct {
 	*memstore.Store
-	mu     sync.Mutex
-	loaded bool
-	tried  []string
+	mu      sync.Mutex
+	loaded  bool
+	tried   []string
+	mounter *fakeMounter
+	noMount bool
 }
 
 func (s *encryptedStore) GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error) {
@@ -83,12 +86,22 @@ func (s *encryptedStore) LoadKey(_ context.Context, id volume.ID, key volume.Key
 		return ports.ErrKeyRejected
 	}
 	s.loaded = true
+	if s.mounter != nil && !s.noMount {
+		info, err := s.Store.GetVolume(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		s.mounter.mu.Lock()
+		s.mounter.mounts[info.MountPath] = ports.Mount{Source: info.MountSource}
+		s.mounter.mu.Unlock()
+	}
 	return nil
 }
 
 func TestNodePublishOfAnEncryptedVolumeNeedsItsKeyAndAWrongKeyChangesNothing(t *testing.T) {
 	enc := &encryptedStore{}
 	e := newEnv(t, func(m *memstore.Store) ports.SnapshotStore { enc.Store = m; return enc })
+	enc.mounter = e.mount
 	e.mustCreate(t, createReq("vol-1", 0))
 	publish := func(secrets map[string]string) error {
 		_, err := e.node.NodePublishVolume(ctx(t), &spec.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: target, VolumeCapability: rwCap(), Secrets: secrets})
@@ -120,7 +133,39 @@ func TestNodePublishOfAnEncryptedVolumeNeedsItsKeyAndAWrongKeyChangesNothing(t *
 	if err := publish(map[string]string{"key": goodKey}); err != nil {
 		t.Fatalf("publish with the right key: %v", err)
 	}
-	if mounts, _ := e.mount.snapshot(); len(mounts) != 1 {
-		t.Fatalf("mounts %v, want the target", mounts)
+	if mounts, _ := e.mount.snapshot(); len(mounts) != 2 {
+		t.Fatalf("mounts %v, want the dataset and the target", mounts)
+	}
+	// With the key loaded now (the node that created the volume), the
+	// Secret is still required and still checked.
+	_, err := e.node.NodeUnpublishVolume(ctx(t), &spec.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc.mu.Lock()
+	enc.loaded, enc.tried = true, nil
+	enc.mu.Unlock()
+	wantCode(t, publish(nil), codes.InvalidArgument)
+	wantCode(t, publish(map[string]string{"key": "wrong horse battery"}), codes.FailedPrecondition)
+	if len(enc.tried) != 1 {
+		t.Fatalf("keys tried with the key loaded: %d, want the wrong one checked", len(enc.tried))
+	}
+	if mounts, _ := e.mount.snapshot(); func() bool { _, ok := mounts[target]; return ok }() {
+		t.Fatalf("a wrong Secret on a node with the key loaded was published: %v", mounts)
+	}
+}
+
+// The dataset of an encrypted volume must be mounted at its mountpoint
+// before the bind mount: a bare mountpoint directory is never published.
+func TestNodePublishOfAnEncryptedVolumeNeverBindsAnUnmountedDataset(t *testing.T) {
+	enc := &encryptedStore{noMount: true}
+	e := newEnv(t, func(m *memstore.Store) ports.SnapshotStore { enc.Store = m; return enc })
+	enc.mounter = e.mount
+	e.mustCreate(t, createReq("vol-1", 0))
+	_, err := e.node.NodePublishVolume(ctx(t), &spec.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: target, VolumeCapability: rwCap(),
+		Secrets: map[string]string{"key": goodKey}})
+	wantCode(t, err, codes.FailedPrecondition)
+	if mounts, binds := e.mount.snapshot(); len(mounts) != 0 || binds != 0 {
+		t.Fatalf("bound %v (%d binds) over an unmounted dataset", mounts, binds)
 	}
 }

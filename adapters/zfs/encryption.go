@@ -201,10 +201,14 @@ func (s *Store) receivedRecord(ctx context.Context, dataset string, raw bool) (m
 	return map[string]string{ports.MetaEncryption: rec}, st.KeyLoaded, nil
 }
 
-// LoadKey implements ports.SnapshotStore: `zfs load-key -n -L prompt`
-// checks the key (nothing loaded; a wrong key is ErrKeyRejected), then
-// `zfs load-key -L prompt` loads it and the filesystem is mounted. The
-// key goes on stdin each time.
+// LoadKey implements ports.SnapshotStore: it ensures the key is loaded
+// and the filesystem mounted. `zfs load-key -n -L prompt` checks the key
+// every time, also when it is already loaded (libzfs skips its "Key
+// already loaded" refusal for -n, and the kernel only unwraps the stored
+// key with it): a wrong key is ErrKeyRejected and changes nothing. Then,
+// if the key is not loaded, `zfs load-key -L prompt` loads it; then the
+// filesystem is mounted (a key loaded but a filesystem unmounted is
+// mounted, never skipped). The key goes on stdin each time.
 func (s *Store) LoadKey(ctx context.Context, id volume.ID, key volume.Key) error {
 	info, err := s.GetVolume(ctx, id)
 	if err != nil {
@@ -215,10 +219,10 @@ func (s *Store) LoadKey(ctx context.Context, id volume.ID, key volume.Key) error
 		return fmt.Errorf("load key of volume %s: not its own encryption root (encryption %q): %w", id, st.Cipher, ports.ErrInvalid)
 	}
 	ds := s.dataset(id)
+	if _, err := s.run.zfsStdin(ctx, key.Bytes(), "load-key", "-n", "-L", "prompt", ds); err != nil {
+		return fmt.Errorf("load key of volume %s: checking the key: %w", id, err)
+	}
 	if !st.KeyLoaded {
-		if _, err := s.run.zfsStdin(ctx, key.Bytes(), "load-key", "-n", "-L", "prompt", ds); err != nil {
-			return fmt.Errorf("load key of volume %s: checking the key: %w", id, err)
-		}
 		_, err := s.run.zfsStdin(ctx, key.Bytes(), "load-key", "-L", "prompt", ds)
 		var ce *CommandError
 		if err != nil && !(errors.As(err, &ce) && strings.Contains(ce.Stderr, "already loaded")) {

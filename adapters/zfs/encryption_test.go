@@ -58,13 +58,14 @@ case "$*" in
         *) echo "cannot open '$t': dataset does not exist" >&2; exit 1 ;;
       esac
     done ;;
-  create*|"load-key -n -L prompt tank/ferry/vol-e"|"load-key -L prompt tank/ferry/vol-e")
+  create*|"load-key -n -L prompt tank/ferry/vol-"[en]|"load-key -L prompt tank/ferry/vol-e")
     cat > "$FAKE_ZFS_STDIN"
     echo "$*" >> "$FAKE_ZFS_STDIN.log"
     case "$*" in load-key*)
-      [ "$(cat "$FAKE_ZFS_STDIN")" = "correct horse battery" ] || { echo "Key load error: Incorrect key provided for 'tank/ferry/vol-e'." >&2; exit 255; } ;;
+      [ "$(cat "$FAKE_ZFS_STDIN")" = "correct horse battery" ] || { echo "Key load error: Incorrect key provided for '${5}'." >&2; exit 255; } ;;
     esac ;;
   "mount tank/ferry/vol-e") ;;
+  "mount tank/ferry/vol-n") echo "cannot mount 'tank/ferry/vol-n': filesystem already mounted" >&2; exit 1 ;;
   "send -w -i tank/ferry/vol-e@ferry-1-1 tank/ferry/vol-e@ferry-1-2") printf 'RAW' ;;
   "send -i tank/ferry/vol-p@ferry-1-1 tank/ferry/vol-p@ferry-1-2") printf 'PLAIN' ;;
   "send -i tank/ferry/vol-i@ferry-1-1 tank/ferry/vol-i@ferry-1-2") printf 'PARENT' ;;
@@ -347,5 +348,27 @@ func TestAPlaintextVolumeKnownAsSuchOverlapsItsSendWithTheCheck(t *testing.T) {
 		if sendAt, doneAt := order(calls); sendAt < doneAt {
 			t.Fatalf("send %d of an encrypted volume started before its check ended:\n%s", i+1, calls)
 		}
+	}
+}
+
+// A key already loaded is checked all the same (a wrong Secret fails on
+// the node that created the volume too), never loaded twice, and the
+// filesystem is mounted (a loaded key is not a mounted filesystem).
+func TestALoadedKeyIsStillCheckedAndTheFilesystemMounted(t *testing.T) {
+	f := newEncFake(t, fakeEncryptingZFS)
+	ctx := context.Background()
+	wrong, _ := volume.ParseKey(volume.KeyPassphrase, map[string]string{"key": "wrong horse battery"})
+	if err := f.store.LoadKey(ctx, "vol-n", wrong); !errors.Is(err, ports.ErrKeyRejected) {
+		t.Fatalf("LoadKey of a loaded key with a wrong one: %v, want ErrKeyRejected", err)
+	}
+	if f.ran(t, "mount tank/ferry/vol-n") {
+		t.Fatalf("a wrong key went past its check:\n%s", f.argv(t))
+	}
+	good, _ := volume.ParseKey(volume.KeyPassphrase, map[string]string{"key": "correct horse battery"})
+	if err := f.store.LoadKey(ctx, "vol-n", good); err != nil {
+		t.Fatal(err)
+	}
+	if !f.ran(t, "load-key -n -L prompt tank/ferry/vol-n") || f.ran(t, "load-key -L prompt tank/ferry/vol-n") || !f.ran(t, "mount tank/ferry/vol-n") {
+		t.Fatalf("want the key checked, not loaded again, the filesystem mounted; calls:\n%s", f.argv(t))
 	}
 }

@@ -127,7 +127,7 @@ func (n *Service) Publish(ctx context.Context, req Request) error {
 		}
 		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, refusal.ErrIncompatible)
 	}
-	loaded, err := n.loadKey(ctx, id, info, req.Secrets, log)
+	encrypted, loaded, err := n.loadKey(ctx, id, info, req.Secrets, log)
 	if err != nil {
 		return err
 	}
@@ -145,6 +145,16 @@ func (n *Service) Publish(ctx context.Context, req Request) error {
 				}
 				return err
 			}
+		}
+	}
+	if encrypted {
+		// Never bind-mount a bare mountpoint directory: the pod would
+		// write onto the node's disk, under the dataset, unencrypted.
+		if err := n.datasetMounted(info); err != nil {
+			if loaded {
+				n.unloadKey(ctx, id, log)
+			}
+			return fmt.Errorf("publish volume %s: %w", id, err)
 		}
 	}
 	log.Info("publishing volume", zap.Bool("readOnly", readOnly))
@@ -347,33 +357,58 @@ func (n *Service) Expand(ctx context.Context, volumeID, p string, want *volume.C
 	return size, nil
 }
 
-// loadKey loads the key of a volume Ferry encrypted, from the
-// node-publish Secret, before anything else changes (volume.KeyToLoad:
-// a missing or malformed key is InvalidArgument; a volume whose
-// encryption Ferry does not manage is refused). The store checks the key
-// before loading it: a wrong one answers ErrKeyRejected (raised as a
-// KeyRejected event) with nothing loaded, mounted or promoted. loaded
-// says whether this call loaded it.
-func (n *Service) loadKey(ctx context.Context, id volume.ID, info ports.VolumeInfo, secrets map[string]string, log *zap.Logger) (loaded bool, err error) {
+// loadKey ensures, for a Ferry-encrypted volume, that its key is loaded
+// and its filesystem mounted, with the key of the node-publish Secret,
+// before anything else changes (volume.KeyToLoad: a missing or malformed
+// key is InvalidArgument, also when the key is loaded already; a volume
+// whose encryption Ferry does not manage is refused). The store checks
+// the key every time (`zfs load-key -n`), before loading it when it is
+// not loaded, and mounts the filesystem when it is not mounted: a wrong
+// key answers ErrKeyRejected (raised as a KeyRejected event) with nothing
+// loaded, mounted or promoted. encrypted says the volume is
+// Ferry-encrypted; loaded, that this call loaded its key.
+func (n *Service) loadKey(ctx context.Context, id volume.ID, info ports.VolumeInfo, secrets map[string]string, log *zap.Logger) (encrypted, loaded bool, err error) {
 	v, err := volume.KeyToLoad(info.Metadata[ports.MetaEncryption], info.Encryption, secrets)
 	if err != nil {
 		if errors.Is(err, volume.ErrNotFerrysKey) {
-			return false, fmt.Errorf("volume %s: %v: %w", id, err, refusal.ErrPrecondition)
+			log.Error("publish refused: encryption not managed by Ferry", zap.Error(err))
+			return false, false, fmt.Errorf("volume %s: %v: %w", id, err, refusal.ErrPrecondition)
 		}
-		return false, err
+		return false, false, err
 	}
 	if !v.Needed {
-		return false, nil
+		return false, false, nil
 	}
 	if err := n.store.LoadKey(ctx, id, v.Key); err != nil {
 		if errors.Is(err, ports.ErrKeyRejected) && n.repl != nil && n.repl.Events != nil {
 			n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "KeyRejected",
 				Message: fmt.Sprintf("the key in the node-publish Secret is not volume %s's key: nothing was loaded, mounted or promoted on %s", id, n.cfg.Node)})
 		}
-		return false, err
+		return true, false, err
+	}
+	if info.Encryption.KeyLoaded {
+		log.Info("encryption key checked; filesystem mounted")
+		return true, false, nil
 	}
 	log.Info("encryption key loaded")
-	return true, nil
+	return true, true, nil
+}
+
+// datasetMounted checks that the volume's dataset is mounted at its own
+// mountpoint (the mount table lists it there): an encrypted dataset may
+// be unmounted, and its bare mountpoint directory is never what a pod
+// gets. ErrPrecondition otherwise: nothing is bound.
+func (n *Service) datasetMounted(info ports.VolumeInfo) error {
+	mounts, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return fmt.Errorf("checking that %s is mounted at %s: %w", info.MountSource, info.MountPath, err)
+	}
+	for _, m := range mounts {
+		if m == path.Clean(info.MountPath) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the encrypted dataset %s is not mounted at %s: nothing bound: %w", info.MountSource, info.MountPath, refusal.ErrPrecondition)
 }
 
 // unloadKey unloads an encrypted volume's key, best effort: a failure is

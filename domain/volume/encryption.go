@@ -287,26 +287,27 @@ func RecordReceived(raw bool, st Stored) (string, error) {
 	return Encryption{Cipher: st.Cipher, KeyFormat: st.KeyFormat}.Record(), nil
 }
 
-// KeyVerdict says whether a publish must load the volume's key first.
+// KeyVerdict says whether a publish must ensure the volume's key is
+// loaded (and its filesystem mounted) first, with which key.
 type KeyVerdict struct {
 	Needed bool
 	Key    Key
 }
 
 // KeyToLoad decides, for a publish, whether the volume's key must be
-// loaded and checks the key the node-publish Secret gave. A volume Ferry
-// encrypted needs it (missing or malformed: *InvalidError); a plaintext
-// one needs none, whatever the Secret says; a dataset encrypted otherwise
-// (an encrypted parent's key, which the operator loads) needs none from
-// Ferry. A record that claims encryption the pool does not show, or an
-// encrypted dataset whose record is missing, is ErrNotFerrysKey.
+// ensured (checked, loaded if it is not, and the filesystem mounted) and
+// checks the key the node-publish Secret gave. A Ferry-encrypted volume
+// needs it on every publish, also where its key is already loaded (a
+// wrong Secret must fail on the creating node too, not only at failover;
+// a loaded key does not mean a mounted filesystem): missing or malformed
+// is *InvalidError. A plaintext volume needs none, whatever the Secret
+// says; a dataset encrypted by its parent (the operator's key) needs none
+// from Ferry. A record that claims encryption the pool does not show, or
+// an own encryption root whose record is missing, is ErrNotFerrysKey.
 func KeyToLoad(record string, st Stored, secrets map[string]string) (KeyVerdict, error) {
 	rec, ok := ParseEncryptionRecord(record)
 	switch {
 	case ok && rec.On() && st.Known && st.Encrypted() && st.OwnRoot:
-		if st.KeyLoaded {
-			return KeyVerdict{}, nil
-		}
 		key, err := ParseKey(rec.KeyFormat, secrets)
 		if err != nil {
 			return KeyVerdict{}, err
