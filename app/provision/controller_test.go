@@ -200,3 +200,26 @@ func TestExpandVolumeIsIdempotent(t *testing.T) {
 		t.Fatalf("second expand = %d, %v (no Resize expected)", n, err)
 	}
 }
+
+// An encrypted volume is closed at the end of its creation (unmounted,
+// its key unloaded: the publish that needs it loads the key again); a
+// plaintext one is not touched (the test above: any other call fails it).
+func TestCreateVolumeClosesAnEncryptedVolumeAtTheEnd(t *testing.T) {
+	c, store := newController(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("pvc-1")).Return(ports.VolumeInfo{}, notFound("pvc-1"))
+	created := store.EXPECT().CreateVolume(gomock.Any(), volume.ID("pvc-1"), gomock.Any()).DoAndReturn(
+		func(_ context.Context, id volume.ID, o ports.CreateOptions) (ports.VolumeInfo, error) {
+			if !o.Encryption.On() || o.Key.Empty() {
+				t.Errorf("created with encryption %+v, a key: %v", o.Encryption, !o.Key.Empty())
+			}
+			return ports.VolumeInfo{ID: id, CapacityBytes: o.CapacityBytes, Metadata: o.Metadata}, nil
+		})
+	store.EXPECT().UnloadKey(gomock.Any(), volume.ID("pvc-1")).After(created).Return(nil)
+	_, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{
+		Name: "pvc-1", Capabilities: rw, Parameters: map[string]string{"encryption": "on"},
+		Secrets: map[string]string{"key": "correct horse battery"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
