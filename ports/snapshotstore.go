@@ -248,4 +248,9 @@ type SendRequest struct {
 	From        string
 	To          string
 	ResumeToken string
+	// PlaintextOnly: the receiver cannot take a raw (encrypted) stream
+	// (a peer of protocol version 1): a volume sent raw is refused with
+	// ErrRawUnsupported, never sent another way. Plaintext volumes are
+	// sent as ever.
+	PlaintextOnly bool
 }

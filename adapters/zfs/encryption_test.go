@@ -372,3 +372,25 @@ func TestALoadedKeyIsStillCheckedAndTheFilesystemMounted(t *testing.T) {
 		t.Fatalf("want the key checked, not loaded again, the filesystem mounted; calls:\n%s", f.argv(t))
 	}
 }
+
+// A receiver that cannot take a raw stream (a peer of protocol version
+// 1) is never sent an encrypted volume, in any form; plaintext volumes
+// are sent to it as ever.
+func TestAnEncryptedVolumeIsRefusedToAReceiverThatCannotTakeARawStream(t *testing.T) {
+	f := newEncFake(t, fakeEncryptingZFS)
+	ctx := context.Background()
+	_, err := f.store.Send(ctx, ports.SendRequest{Volume: "vol-e", From: "ferry-1-1", To: "ferry-1-2", PlaintextOnly: true})
+	if !errors.Is(err, ports.ErrRawUnsupported) {
+		t.Fatalf("send of an encrypted volume to a receiver of plaintext only: %v, want ErrRawUnsupported", err)
+	}
+	for _, line := range strings.Split(f.argv(t), "\n") {
+		if strings.HasPrefix(line, "send") {
+			t.Fatalf("a stream was started: %s", line)
+		}
+	}
+	r, err := f.store.Send(ctx, ports.SendRequest{Volume: "vol-p", From: "ferry-1-1", To: "ferry-1-2", PlaintextOnly: true})
+	if err != nil {
+		t.Fatalf("send of a plaintext volume to a receiver of plaintext only: %v", err)
+	}
+	r.Close()
+}

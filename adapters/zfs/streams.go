@@ -40,6 +40,9 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 		if err != nil {
 			return volume.SendVerdict{}, fmt.Errorf("send %s: %w", req.Volume, err)
 		}
+		if v.Raw && req.PlaintextOnly {
+			return volume.SendVerdict{}, fmt.Errorf("send %s: an encrypted volume is sent raw only, and the receiver (a peer of an older protocol) cannot take a raw stream: upgrade it: %w", req.Volume, ports.ErrRawUnsupported)
+		}
 		return v, nil
 	}
 	if req.ResumeToken != "" {
