@@ -155,7 +155,7 @@ func (Key) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
 // ParseKey takes the key from a Secret's fields (SecretKeyField) and
 // checks its length for format. A missing field or a key of the wrong
 // length is an *InvalidError that names the field and the rule, never the
-// value.
+// value nor its length.
 func ParseKey(format KeyFormat, secrets map[string]string) (Key, error) {
 	field := "secrets." + SecretKeyField
 	v, ok := secrets[SecretKeyField]
@@ -165,7 +165,7 @@ func ParseKey(format KeyFormat, secrets map[string]string) (Key, error) {
 	switch format {
 	case KeyRaw:
 		if len(v) != RawKeyBytes {
-			return Key{}, &InvalidError{Field: field, Reason: fmt.Sprintf("keyformat raw needs exactly %d bytes, got %d", RawKeyBytes, len(v))}
+			return Key{}, &InvalidError{Field: field, Reason: fmt.Sprintf("keyformat raw needs exactly %d bytes", RawKeyBytes)}
 		}
 	case KeyHex:
 		if len(v) != HexKeyChars || !isHex(v) {
@@ -173,7 +173,7 @@ func ParseKey(format KeyFormat, secrets map[string]string) (Key, error) {
 		}
 	case KeyPassphrase:
 		if len(v) < MinPassphrase || len(v) > MaxPassphrase {
-			return Key{}, &InvalidError{Field: field, Reason: fmt.Sprintf("keyformat passphrase needs %d to %d bytes, got %d", MinPassphrase, MaxPassphrase, len(v))}
+			return Key{}, &InvalidError{Field: field, Reason: fmt.Sprintf("keyformat passphrase needs %d to %d bytes", MinPassphrase, MaxPassphrase)}
 		}
 		if strings.ContainsAny(v, "\n\x00") {
 			// ZFS reads a passphrase from stdin up to a newline: a
