@@ -86,6 +86,9 @@ func TestAKeyMustHaveItsFormatsExactLengthAndNeverShowsInAnError(t *testing.T) {
 			if c.key != nil && len(*c.key) > 2 && err != nil && strings.Contains(err.Error(), *c.key) {
 				t.Fatalf("the error shows the key: %v", err)
 			}
+			if err != nil && strings.Contains(err.Error(), "got") {
+				t.Fatalf("the error tells the key's length: %v", err)
+			}
 			if c.ok && string(k.Bytes()) != *c.key {
 				t.Fatal("the key is not the Secret's")
 			}
@@ -291,6 +294,17 @@ func TestACopyIsRefusedOnlyForWhatIsNotAnOrdinaryVolume(t *testing.T) {
 	for _, c := range cases {
 		if got := Encrypted(c.record, c.st); got != c.encrypted {
 			t.Errorf("%s: Encrypted = %v, want %v", c.name, got, c.encrypted)
+		}
+	}
+}
+
+// The example Secret (deploy/examples/encrypted-storageclass.yaml) holds
+// the placeholder "CHANGE": it must fail validation in every key format,
+// so that no volume is encrypted with a key copied from the example.
+func TestTheExampleSecretsPlaceholderIsNoKey(t *testing.T) {
+	for _, f := range []KeyFormat{KeyPassphrase, KeyRaw, KeyHex} {
+		if _, err := ParseKey(f, map[string]string{SecretKeyField: "CHANGE"}); err == nil {
+			t.Errorf("keyformat %s accepts the example's placeholder", f)
 		}
 	}
 }
