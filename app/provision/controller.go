@@ -485,11 +485,23 @@ func (c *Service) Capacity(ctx context.Context, params map[string]string) (int64
 	if p.Pool != "" && p.Pool != c.cfg.Pool {
 		return 0, nil
 	}
+	if p.Encryption.On() && !c.canEncrypt() {
+		// An encrypted StorageClass cannot place a volume here: the
+		// scheduler must not pick this node for one.
+		return 0, nil
+	}
 	pc, err := c.store.Capacity(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return pc.AvailableBytes, nil
+}
+
+// canEncrypt reports whether the store can hold encrypted volumes (the
+// ZFS store says, per its pool); a store that does not say cannot.
+func (c *Service) canEncrypt() bool {
+	e, ok := c.store.(interface{ CanEncrypt() bool })
+	return ok && e.CanEncrypt()
 }
 
 // ListVolumes pages through the volumes by ID: the token is the last ID

@@ -223,3 +223,30 @@ func TestCreateVolumeClosesAnEncryptedVolumeAtTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// encryptingStore is a store whose pool can encrypt.
+type encryptingStore struct{ *mocks.MockSnapshotStore }
+
+func (encryptingStore) CanEncrypt() bool { return true }
+
+// A node whose pool cannot encrypt offers no capacity to an encrypted
+// StorageClass (the scheduler must not place one there); one that can
+// offers its pool's, and a plaintext class is answered as before.
+func TestCapacityOfAnEncryptedClassIsZeroWhereThePoolCannotEncrypt(t *testing.T) {
+	enc := map[string]string{"encryption": "on"}
+	c, store := newController(t) // any call to the store fails the test
+	if n, err := c.Capacity(ctx, enc); err != nil || n != 0 {
+		t.Fatalf("a pool that cannot encrypt: %d, %v; want 0", n, err)
+	}
+	store.EXPECT().Capacity(gomock.Any()).Return(ports.PoolCapacity{AvailableBytes: 5 * volume.GiB}, nil)
+	if n, err := c.Capacity(ctx, nil); err != nil || n != 5*volume.GiB {
+		t.Fatalf("a plaintext class: %d, %v", n, err)
+	}
+	ctrl := gomock.NewController(t)
+	m := mocks.NewMockSnapshotStore(ctrl)
+	m.EXPECT().Capacity(gomock.Any()).Return(ports.PoolCapacity{AvailableBytes: 3 * volume.GiB}, nil)
+	can := provision.New(cfg, encryptingStore{m}, mocks.NewMockMountTable(ctrl), zap.NewNop())
+	if n, err := can.Capacity(ctx, enc); err != nil || n != 3*volume.GiB {
+		t.Fatalf("a pool that can encrypt: %d, %v", n, err)
+	}
+}
