@@ -27,7 +27,7 @@ func toStatus(err error) error {
 	var inv *volume.InvalidError
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ports.ErrKeyRejected), errors.Is(err, volume.ErrNotFerrysKey):
+	case errors.Is(err, ports.ErrKeyRejected), errors.Is(err, volume.ErrNotFerrysKey), errors.Is(err, ports.ErrRawUnsupported):
 		// A wrong key for an encrypted volume, or encryption Ferry does
 		// not manage: nothing changed; not until the Secret (or the
 		// dataset) does.
