@@ -427,8 +427,9 @@ func (n *Service) unloadKey(ctx context.Context, id volume.ID, log *zap.Logger) 
 // when it no longer serves the volume (after the release of its primary
 // term, for a replicated volume).
 func (n *Service) unloadKeyIfLast(ctx context.Context, id volume.ID, info ports.VolumeInfo, log *zap.Logger) {
-	st := info.Encryption
-	if !st.Known || !st.Encrypted() || !st.OwnRoot || !st.KeyLoaded {
+	// Only a Ferry-encrypted volume's key (the one DecideSend sends raw):
+	// a key Ferry did not set is never unloaded by it.
+	if v, err := volume.DecideSend(info.Metadata[ports.MetaEncryption], info.Encryption); err != nil || !v.Raw || !info.Encryption.KeyLoaded {
 		return
 	}
 	mounts, err := n.mount.MountsOf(info.MountSource)
