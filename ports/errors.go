@@ -29,6 +29,13 @@ var (
 	// ErrUnavailable: a peer or service did not answer; the same call may
 	// succeed later or against another peer.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrKeyRejected: the key given for an encrypted volume is not its
+	// key (checked before anything is loaded or mounted).
+	ErrKeyRejected = errors.New("encryption key rejected")
+	// ErrRawUnsupported: an encrypted volume (sent raw only) was asked
+	// for by a receiver that cannot take a raw stream (a peer of an older
+	// protocol version); upgrading it is the way out, not a retry.
+	ErrRawUnsupported = errors.New("the receiver cannot take a raw (encrypted) stream")
 	// ErrUnsupported: the implementation cannot do this at all (a state
 	// store that cannot watch); the caller falls back (polls).
 	ErrUnsupported = errors.New("not supported by this implementation")

@@ -56,6 +56,20 @@ type SnapshotStore interface {
 	// Capacity reports the bytes available for new volumes and the pool's size.
 	Capacity(ctx context.Context) (PoolCapacity, error)
 
+	// LoadKey ensures the key of a volume Ferry encrypted is loaded and
+	// its filesystem mounted: the key is first checked without loading
+	// it, every time (also when it is already loaded), so that a wrong
+	// key answers ErrKeyRejected and changes nothing; a key already
+	// loaded is not loaded again, and an unmounted filesystem is mounted. ErrInvalid for a volume that is not encrypted, or a store
+	// that cannot encrypt. The key reaches the store's tool only on its
+	// standard input: never an argument, a file or the environment.
+	LoadKey(ctx context.Context, id volume.ID, key volume.Key) error
+	// UnloadKey unmounts an encrypted volume's filesystem and unloads its
+	// key, so that the node holds only ciphertext; a key not loaded, or a
+	// volume that is not encrypted, is fine. ErrBusy while something
+	// (a pod's bind mount) still uses the filesystem.
+	UnloadKey(ctx context.Context, id volume.ID) error
+
 	// CreateSnapshot takes an atomic snapshot named name. ErrExists if a
 	// snapshot of that name exists on the volume.
 	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (SnapshotInfo, error)
@@ -124,6 +138,14 @@ type CreateOptions struct {
 	// Metadata is Ferry's own data about the volume (see the Meta* keys),
 	// stored with it so that a node can rediscover what it holds.
 	Metadata map[string]string
+	// Encryption, when on, makes the volume its own encryption root with
+	// Key (loaded at once); the store records the decision as
+	// MetaEncryption in the same step. A plaintext volume gets no record
+	// (as before encryption: no record and a plaintext dataset are sent
+	// as plaintext). A store that cannot encrypt answers
+	// volume.ErrUnsupported for an encrypted one and makes nothing.
+	Encryption volume.Encryption
+	Key        volume.Key
 }
 
 // Metadata keys Ferry records on every volume it creates.
@@ -142,6 +164,13 @@ const (
 	// MetaWritesLocked is set by a WriteLock while it holds the volume
 	// read-only (why, for the operator), and removed when it lifts it.
 	MetaWritesLocked = "writes-locked"
+	// MetaEncryption is Ferry's decision on encryption
+	// (volume.Encryption.Record: "<cipher>/<keyformat>"; "off" is read as
+	// an ordinary volume, never written), set by the store at creation of
+	// an encrypted volume and on a copy received whole from a raw stream
+	// (volume.RecordReceived); a plaintext volume or copy has none, as on
+	// main. Every send reads it (volume.DecideSend).
+	MetaEncryption = "encryption"
 
 	// On snapshots:
 	MetaSnapshotName = "snapshot-name" // the CSI name of a CreateSnapshot request
@@ -153,6 +182,11 @@ var MetadataKeys = []string{
 	MetaDriver, MetaVolume, MetaName, MetaReplicationFactor, MetaSource, MetaParams, MetaPVC,
 	MetaRemountedEpoch, MetaWritesLocked, MetaSnapshotName,
 }
+
+// EncryptionMetadataKeys are the metadata keys a store that can encrypt
+// keeps besides MetadataKeys (a store that cannot, zfs-fuse, is asked for
+// exactly what it was before encryption).
+var EncryptionMetadataKeys = []string{MetaEncryption}
 
 // VolumeInfo describes a volume in the store.
 type VolumeInfo struct {
@@ -166,6 +200,9 @@ type VolumeInfo struct {
 	MountSource string
 	Properties  map[string]string // native properties named in CreateOptions
 	Metadata    map[string]string // Ferry metadata keys
+	// Encryption is what the pool says of the dataset's encryption; a
+	// store that cannot encrypt says "off", known.
+	Encryption volume.Stored
 }
 
 // SnapshotInfo describes a snapshot.
@@ -211,4 +248,9 @@ type SendRequest struct {
 	From        string
 	To          string
 	ResumeToken string
+	// PlaintextOnly: the receiver cannot take a raw (encrypted) stream
+	// (a peer of protocol version 1): a volume sent raw is refused with
+	// ErrRawUnsupported, never sent another way. Plaintext volumes are
+	// sent as ever.
+	PlaintextOnly bool
 }

@@ -27,6 +27,11 @@ func toStatus(err error) error {
 	var inv *volume.InvalidError
 	code := codes.Internal
 	switch {
+	case errors.Is(err, ports.ErrKeyRejected), errors.Is(err, volume.ErrNotFerrysKey), errors.Is(err, ports.ErrRawUnsupported):
+		// A wrong key for an encrypted volume, or encryption Ferry does
+		// not manage: nothing changed; not until the Secret (or the
+		// dataset) does.
+		code = codes.FailedPrecondition
 	case errors.As(err, &inv), errors.Is(err, ports.ErrInvalid):
 		code = codes.InvalidArgument
 	case errors.Is(err, refusal.ErrUnsupported):

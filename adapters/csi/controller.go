@@ -59,6 +59,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		Capacity:     capacityRange(req.GetCapacityRange()),
 		Capabilities: capabilities(req.GetVolumeCapabilities()),
 		Parameters:   req.GetParameters(),
+		Secrets:      req.GetSecrets(),
 	}
 	if src := req.GetVolumeContentSource(); src != nil {
 		switch {

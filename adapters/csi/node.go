@@ -52,6 +52,7 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		TargetPath: req.GetTargetPath(),
 		ReadOnly:   req.GetReadonly(),
 		Capability: capability(req.GetVolumeCapability()),
+		Secrets:    req.GetSecrets(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

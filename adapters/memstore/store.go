@@ -85,6 +85,9 @@ func (s *Store) CreateVolume(ctx context.Context, id volume.ID, opts ports.Creat
 	if _, err := volume.ParseParams(opts.Properties); err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %v: %w", id, err, ports.ErrInvalid)
 	}
+	if opts.Encryption.On() {
+		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: an in-memory store cannot encrypt: %w", id, volume.ErrUnsupported)
+	}
 	if opts.CapacityBytes > s.total-s.reserved() {
 		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %d bytes: %w", id, opts.CapacityBytes, ports.ErrNoSpace)
 	}
@@ -105,6 +108,7 @@ func (s *Store) info(v *vol) ports.VolumeInfo {
 		AvailableBytes: max(0, v.capacity-used),
 		MountPath:      s.path(v.id),
 		MountSource:    s.path(v.id),
+		Encryption:     plaintext,
 		Properties:     copyMap(v.props),
 		Metadata:       copyMap(v.meta),
 	}
@@ -294,3 +298,20 @@ func (s *Store) UnlockWrites(ctx context.Context, id volume.ID) error {
 }
 
 var _ ports.WriteLock = (*Store)(nil)
+
+// plaintext is what an in-memory store says of every volume's encryption.
+var plaintext = volume.Stored{Known: true, Cipher: "off", KeyFormat: "none"}
+
+// LoadKey implements ports.SnapshotStore: no volume here is encrypted.
+func (s *Store) LoadKey(ctx context.Context, id volume.ID, _ volume.Key) error {
+	if _, err := s.GetVolume(ctx, id); err != nil {
+		return err
+	}
+	return fmt.Errorf("load key of volume %s: an in-memory store does not encrypt: %w", id, ports.ErrInvalid)
+}
+
+// UnloadKey implements ports.SnapshotStore: nothing to unload.
+func (s *Store) UnloadKey(ctx context.Context, id volume.ID) error {
+	_, err := s.GetVolume(ctx, id)
+	return err
+}

@@ -30,6 +30,8 @@ type Server struct {
 	store Source
 	log   *zap.Logger
 	grpc  *grpc.Server
+	// speaks: the protocol versions this server answers in.
+	speaks versions
 
 	mu       sync.Mutex
 	promiser func(replica.Node) (bool, time.Duration)
@@ -105,7 +107,7 @@ func NewServer(store Source, creds credentials.TransportCredentials, log *zap.Lo
 }
 
 func newServer(store Source, creds credentials.TransportCredentials, log *zap.Logger, v versions) *Server {
-	s := &Server{store: store, log: log}
+	s := &Server{store: store, log: log, speaks: v}
 	opts := append(serverVersioning(v), grpc.Creds(creds), grpc.ForceServerCodecV2(codec{}),
 		grpc.InitialWindowSize(windowSize), grpc.InitialConnWindowSize(windowSize),
 		grpc.WriteBufferSize(bufferSize), grpc.ReadBufferSize(bufferSize),
@@ -121,6 +123,14 @@ func (s *Server) Serve(l net.Listener) error { return s.grpc.Serve(l) }
 
 // Stop ends every stream (their zfs send processes are killed) and stops.
 func (s *Server) Stop() { s.grpc.Stop() }
+
+// refuseEncryption answers a send refused for encryption reasons with
+// FailedPrecondition and logs it at Error with the volume (no event
+// recorder reaches the peer server; the volume is in fields).
+func (s *Server) refuseEncryption(ctx context.Context, err error, fields ...zap.Field) error {
+	s.log.Error("send refused for encryption reasons", append(fields, zap.String("peer", who(ctx)), zap.Error(err))...)
+	return status.Error(codes.FailedPrecondition, err.Error())
+}
 
 // refuse logs a refused request with the peer's identity and answers code.
 func (s *Server) refuse(ctx context.Context, code codes.Code, err error, fields ...zap.Field) error {
@@ -180,6 +190,10 @@ func (s *Server) storeError(ctx context.Context, err error, fields ...zap.Field)
 	switch {
 	case errors.Is(err, ports.ErrNotOwned):
 		return s.refuse(ctx, codes.PermissionDenied, err, fields...)
+	case errors.Is(err, ports.ErrRawUnsupported), errors.Is(err, volume.ErrNotFerrysKey):
+		// An encrypted volume asked by a peer too old for raw streams, or
+		// encryption Ferry does not manage: not until that changes.
+		return s.refuseEncryption(ctx, err, fields...)
 	case errors.Is(err, ports.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ports.ErrInvalid):
@@ -218,6 +232,9 @@ func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
 	if err != nil {
 		return s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
 	}
+	// A client of a version before raw streams is served plaintext
+	// volumes only: an encrypted one is refused, never sent otherwise.
+	sreq.PlaintextOnly = agreed(ctx, s.speaks) < rawStreams
 	log := s.log.With(zap.String("volume", string(sreq.Volume)), zap.String("snapshot", sreq.To),
 		zap.String("base", sreq.From), zap.String("peer", who(ctx)))
 	r, err := s.store.Send(ctx, sreq)

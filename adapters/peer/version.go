@@ -25,15 +25,42 @@ import (
 // misread is a new version, and a build keeps serving the previous one
 // for at least one release (MinProtocol), so that N-1 and N always
 // interoperate.
+//
+// Versions:
+//
+//	1: listings, plaintext streams, promises.
+//	2: the same messages; a stream may be raw (`zfs send -w`, an encrypted
+//	   volume's). A server never sends a raw stream to a client agreed on
+//	   version 1 (it could not take it): such a call is refused with
+//	   FailedPrecondition (ports.ErrRawUnsupported); plaintext volumes are
+//	   served to version 1 as ever.
 const (
 	// Protocol is the newest version this build speaks.
-	Protocol = 1
+	Protocol = 2
 	// MinProtocol is the oldest version this build still speaks.
 	MinProtocol = 1
 	// protocolHeader carries a client's range ("1-2") on every call, and
 	// the version the server answers in on its response header.
 	protocolHeader = "ferry-peer-protocol"
 )
+
+// rawStreams is the first version whose clients take raw streams.
+const rawStreams = 2
+
+// agreed is the version the server answers a call in (negotiate checked
+// it already); 0 when it cannot be read.
+func agreed(ctx context.Context, ours versions) int {
+	md, _ := metadata.FromIncomingContext(ctx)
+	theirs, err := parseVersions(md.Get(protocolHeader))
+	if err != nil {
+		return 0
+	}
+	v, err := agree(ours, theirs)
+	if err != nil {
+		return 0
+	}
+	return v
+}
 
 // versions is a range of protocol versions.
 type versions struct{ min, max int }

@@ -3,6 +3,8 @@ package peer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -98,5 +100,60 @@ func TestAnIncompatiblePeerIsRefusedWithAClearError(t *testing.T) {
 	}
 	if err := headerless(newer); err == nil {
 		t.Fatal("a node without the header (version 1) served by one speaking 2-3")
+	}
+}
+
+// rawSource serves vol-enc raw only, as the ZFS store does an encrypted
+// volume: refused to a receiver that cannot take a raw stream.
+type rawSource struct {
+	noSnapshots
+	plaintextOnly chan bool
+}
+
+func (s rawSource) Send(_ context.Context, req ports.SendRequest) (io.ReadCloser, error) {
+	s.plaintextOnly <- req.PlaintextOnly
+	if req.Volume == "vol-enc" && req.PlaintextOnly {
+		return nil, fmt.Errorf("send %s: %w", req.Volume, ports.ErrRawUnsupported)
+	}
+	return io.NopCloser(strings.NewReader("STREAM")), nil
+}
+
+// Version 2 brought raw streams: a peer of version 1 is never sent one
+// (an encrypted volume asked by it is FailedPrecondition, which its
+// client reads as ErrIncompatible), and is served plaintext volumes as
+// ever; a peer of version 2 may be sent raw.
+func TestAPeerOfVersionOneIsNeverSentARawStream(t *testing.T) {
+	if Protocol < rawStreams || MinProtocol > 1 {
+		t.Fatalf("protocol %d-%d: raw streams need a bump, and version 1 must still be served", MinProtocol, Protocol)
+	}
+	src := rawSource{plaintextOnly: make(chan bool, 1)}
+	srv := newServer(src, nil, zap.NewNop(), speaks)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	fetch := func(v versions, id volume.ID) (bool, error) {
+		c := NewClient(func(replica.Node) (string, error) { return l.Addr().String(), nil }, nil)
+		c.speaks = v
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := c.Fetch(ctx, "n", ports.SendRequest{Volume: id, To: "ferry-1-1"})
+		if err == nil {
+			_, err = io.ReadAll(r)
+			r.Close()
+		}
+		return <-src.plaintextOnly, err
+	}
+	if only, err := fetch(versions{1, 1}, "vol-enc"); !only || !errors.Is(err, ports.ErrIncompatible) || !strings.Contains(err.Error(), "raw") {
+		t.Fatalf("an encrypted volume asked by a peer of version 1: plaintext only %v, %v; want refused, FailedPrecondition", only, err)
+	}
+	if only, err := fetch(versions{1, 1}, "vol-plain"); !only || err != nil {
+		t.Fatalf("a plaintext volume asked by a peer of version 1: plaintext only %v, %v; want served", only, err)
+	}
+	if only, err := fetch(speaks, "vol-enc"); only || err != nil {
+		t.Fatalf("an encrypted volume asked by a peer of this version: plaintext only %v, %v; want served", only, err)
 	}
 }

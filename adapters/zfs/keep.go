@@ -78,7 +78,17 @@ func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports
 		}
 		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %w", id, err)
 	}
-	stream, err := s.run.stream(ctx, "send", temp)
+	// A volume Ferry encrypted is kept aside raw, as it is sent: the
+	// copy stays ciphertext, its key the volume's.
+	v, err := volume.DecideSend(info.Metadata[ports.MetaEncryption], info.Encryption)
+	if err != nil {
+		return fail(err)
+	}
+	args := []string{"send", temp}
+	if v.Raw {
+		args = []string{"send", "-w", temp}
+	}
+	stream, err := s.run.stream(ctx, args...)
 	if err != nil {
 		return fail(err)
 	}

@@ -90,7 +90,11 @@ func (s *Store) DiscardPartial(ctx context.Context, id volume.ID) error {
 // target): finishing it still moves the receiver forward. A token that
 // cannot be decoded or names anything else is ErrInvalid, which makes the
 // receiver discard its partial state.
-func (s *Store) resumeSend(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error) {
+//
+// `zfs send -t` resumes with the flags the token recorded: a token must be
+// raw exactly when the volume is sent raw (v), or the rest of the stream
+// would be decrypted (or a plaintext volume's sent raw).
+func (s *Store) resumeSend(ctx context.Context, req ports.SendRequest, v volume.SendVerdict) (io.ReadCloser, error) {
 	if !s.resumable {
 		return nil, fmt.Errorf("send %s: this pool cannot resume transfers: %w", req.Volume, ports.ErrInvalid)
 	}
@@ -102,6 +106,9 @@ func (s *Store) resumeSend(ctx context.Context, req ports.SendRequest) (io.ReadC
 	ds, snap, ok := strings.Cut(target, "@")
 	if _, _, isReplication := replica.ParseSnapshotName(snap); !ok || ds != s.dataset(req.Volume) || !isReplication {
 		return nil, fmt.Errorf("send %s: resume token names %q, not a replication snapshot of %s: %w", req.Volume, target, s.dataset(req.Volume), ports.ErrInvalid)
+	}
+	if raw := tokenRaw(string(out)); raw != v.Raw {
+		return nil, fmt.Errorf("send %s: resume token of a stream with raw %v, the volume is sent with raw %v: %w", req.Volume, raw, v.Raw, ports.ErrInvalid)
 	}
 	return s.run.stream(ctx, "send", "-t", req.ResumeToken)
 }

@@ -26,6 +26,9 @@ case "$*" in
   "get -H -o value type tank") echo filesystem ;;
   "create -p tank/ferry") ;;
   "get -H -o value receive_resume_token tank/ferry") echo - ;;
+  "get -H -o value encryption tank/ferry")
+    # As OpenZFS 0.7 (resume tokens, no encryption) and zfs-fuse answer.
+    echo "bad property list: invalid property 'encryption'" >&2; exit 2 ;;
   "get -H -o value receive_resume_token tank/ferry/vol-1") echo 1-abc0-de-789c ;;
   "get -H -p -o name,property,value,source "*)
     shift 6

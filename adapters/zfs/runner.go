@@ -47,6 +47,7 @@ var stderrKinds = []struct {
 	substr string
 	kind   error
 }{
+	{"Incorrect key provided", ports.ErrKeyRejected}, // load-key: "Key load error: Incorrect key provided for '...'."
 	{"dataset does not exist", ports.ErrNotFound},
 	{"could not find any snapshots to destroy", ports.ErrNotFound},
 	{"no such pool", ports.ErrNotFound},

@@ -7,7 +7,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	gozfs "github.com/mistifyio/go-zfs/v3"
 
@@ -39,6 +42,17 @@ type Store struct {
 	resumable bool
 	// txg: the shared `zpool sync` that makes a written=0 truthful.
 	txg *poolSync
+	// encrypts: the pool can hold encrypted datasets (OpenZFS with
+	// feature@encryption); zfs-fuse cannot (encryption.go).
+	encrypts bool
+	// log: what the store tells the operator once (SetLogger).
+	log *zap.Logger
+	// parentEncrypted logs once per process that volumes are encrypted
+	// at rest by their parent and sent decrypted over mTLS.
+	parentEncrypted sync.Once
+	// plain: volumes whose sends a check found plain (volume.ID to
+	// struct{}; encryption.go, knownPlain).
+	plain sync.Map
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -66,7 +80,16 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync()}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync(), log: zap.NewNop()}, nil
+}
+
+// SetLogger sets where the store logs what the operator should know once
+// (the encryption mode found, volumes encrypted by their parent); no
+// logging without it. Call it before Open.
+func (s *Store) SetLogger(log *zap.Logger) {
+	if log != nil {
+		s.log = log
+	}
 }
 
 // Open checks that the pool exists and creates the parent dataset if needed.
@@ -81,6 +104,16 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
+	encrypts, err := s.detectEncryption(ctx)
+	if err != nil {
+		return err
+	}
+	s.encrypts = encrypts
+	if encrypts {
+		s.log.Info("zfs encryption: the pool can hold encrypted volumes (OpenZFS, feature@encryption)", zap.String("pool", s.cfg.Pool))
+	} else {
+		s.log.Info("zfs encryption: the pool cannot encrypt (zfs-fuse, or feature@encryption disabled): encrypted StorageClasses are refused here", zap.String("pool", s.cfg.Pool))
+	}
 	return nil
 }
 
@@ -108,7 +141,7 @@ func (s *Store) getDepth(ctx context.Context, depth int, targets ...string) ([]*
 	if depth > 0 {
 		args = append(args, "-d", strconv.Itoa(depth))
 	}
-	args = append(args, propList)
+	args = append(args, s.listProps())
 	args = append(args, targets...)
 	out, err := s.run.zfs(ctx, args...)
 	if err != nil {
@@ -138,6 +171,7 @@ func (s *Store) volumeInfo(id volume.ID, row *propRow) ports.VolumeInfo {
 		MountSource:    row.name,
 		Properties:     props,
 		Metadata:       row.meta,
+		Encryption:     s.stored(row),
 	}
 }
 

@@ -14,8 +14,12 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-// Send starts `zfs send [-i from] to` and returns its stdout. The stream
-// fails (never ends cleanly) if zfs send fails.
+// Send starts `zfs send [-w] [-i from] to` and returns its stdout. The
+// stream fails (never ends cleanly) if zfs send fails. A volume Ferry
+// encrypted is sent raw (-w), every stream of it; one the domain refuses
+// to send (volume.DecideSend: its own encryption root without Ferry's
+// record, a record the pool contradicts) is not sent at all; an ordinary
+// volume (plaintext, or encrypted by its parent) is sent as on main.
 func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error) {
 	// One `zfs get` checks the dataset's ownership and that the snapshots
 	// exist: zfs send reports a missing one only after the caller started
@@ -24,34 +28,62 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	if req.From != "" {
 		targets = append(targets, s.snapshot(req.Volume, req.From))
 	}
-	check := func() error {
+	check := func() (volume.SendVerdict, error) {
 		rows, err := s.get(ctx, targets...)
 		if err != nil {
-			return fmt.Errorf("send %s: %w", req.Volume, err)
+			return volume.SendVerdict{}, fmt.Errorf("send %s: %w", req.Volume, err)
 		}
 		if len(rows) != len(targets) || rows[0].name != targets[0] || !s.owned(rows[0]) {
-			return fmt.Errorf("send %s: dataset %s: %w", req.Volume, targets[0], ports.ErrNotOwned)
+			return volume.SendVerdict{}, fmt.Errorf("send %s: dataset %s: %w", req.Volume, targets[0], ports.ErrNotOwned)
 		}
-		return nil
+		v, err := s.sendVerdict(rows[0])
+		if err != nil {
+			return volume.SendVerdict{}, fmt.Errorf("send %s: %w", req.Volume, err)
+		}
+		if v.Raw && req.PlaintextOnly {
+			return volume.SendVerdict{}, fmt.Errorf("send %s: an encrypted volume is sent raw only, and the receiver (a peer of an older protocol) cannot take a raw stream: upgrade it: %w", req.Volume, ports.ErrRawUnsupported)
+		}
+		return v, nil
 	}
 	if req.ResumeToken != "" {
-		if err := check(); err != nil {
+		v, err := check()
+		if err != nil {
 			return nil, err
 		}
-		return s.resumeSend(ctx, req)
+		s.remember(req.Volume, v)
+		return s.resumeSend(ctx, req, v)
 	}
-	// zfs send starts while the check runs (it only reads), and its
-	// stream is handed out only once the check passed: not one byte of a
-	// dataset that is not Ferry's leaves, and a small incremental does not
-	// wait for two commands one after the other.
+	if s.encrypts && !s.knownPlain(req.Volume) {
+		// Whether the stream is raw is known only once the dataset is
+		// read: for a volume not yet known to be sent plain here, the
+		// check comes first, and no plaintext send of an encrypted
+		// dataset is ever started. Its verdict is kept: a volume's
+		// encryption never changes after its creation.
+		v, err := check()
+		if err != nil {
+			return nil, err
+		}
+		s.remember(req.Volume, v)
+		return s.run.stream(ctx, sendArgs(req, v, s.snapshot)...)
+	}
+	// A volume known to be sent plain (every volume of a pool that cannot
+	// encrypt, zfs-fuse; one checked before here), as on main: zfs send
+	// starts while the check runs (it only reads), and its stream is
+	// handed out only once the check passed: not one byte of a dataset
+	// that is not Ferry's leaves, and a small incremental does not wait
+	// for two commands one after the other.
 	checked := make(chan error, 1)
-	go func() { checked <- check() }()
-	args := []string{"send"}
-	if req.From != "" {
-		args = append(args, "-i", s.snapshot(req.Volume, req.From))
-	}
-	args = append(args, s.snapshot(req.Volume, req.To))
-	r, err := s.run.stream(ctx, args...)
+	go func() {
+		v, err := check()
+		if err == nil && v.Raw {
+			err = fmt.Errorf("send %s: the volume is sent raw, not as plaintext: %w", req.Volume, volume.ErrNotFerrysKey)
+		}
+		if err != nil {
+			s.forget(req.Volume) // the next send checks first again
+		}
+		checked <- err
+	}()
+	r, err := s.run.stream(ctx, sendArgs(req, volume.SendVerdict{}, s.snapshot)...)
 	if cerr := <-checked; cerr != nil {
 		if r != nil {
 			_ = r.Close() // kills zfs send
@@ -59,6 +91,18 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 		return nil, cerr
 	}
 	return r, err
+}
+
+// sendArgs is the argv of `zfs send` for req, raw as v says.
+func sendArgs(req ports.SendRequest, v volume.SendVerdict, snapshot func(volume.ID, string) string) []string {
+	args := []string{"send"}
+	if v.Raw {
+		args = append(args, "-w")
+	}
+	if req.From != "" {
+		args = append(args, "-i", snapshot(req.Volume, req.From))
+	}
+	return append(args, snapshot(req.Volume, req.To))
 }
 
 // Receive runs `zfs recv` (never -F) with the stream as stdin.
@@ -91,7 +135,8 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 			return fmt.Errorf("receive %s: clearing a staging dataset left by an earlier attempt: %w", id, err)
 		}
 	}
-	if err := s.recv(ctx, id, staging, stream, true); err != nil {
+	tap := &headerTap{r: stream}
+	if err := s.recv(ctx, id, staging, tap, true); err != nil {
 		if token, _ := s.token(context.WithoutCancel(ctx), staging); token != "" {
 			return fmt.Errorf("%w (kept to be resumed)", err)
 		}
@@ -100,10 +145,21 @@ func (s *Store) Receive(ctx context.Context, id volume.ID, stream io.Reader) err
 		}
 		return err
 	}
-	if err := s.setMeta(staging, map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}); err != nil {
+	meta := map[string]string{ports.MetaDriver: s.cfg.Driver, ports.MetaVolume: string(id)}
+	rec, mount, err := s.receivedRecord(ctx, staging, tap.raw())
+	if err != nil {
+		if derr := s.destroyIfExists(context.WithoutCancel(ctx), staging); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the received copy: %w", derr))
+		}
+		return fmt.Errorf("receive %s: %w", id, err)
+	}
+	for k, v := range rec {
+		meta[k] = v
+	}
+	if err := s.setMeta(staging, meta); err != nil {
 		return err
 	}
-	return s.moveIntoPlace(ctx, id, staging)
+	return s.moveIntoPlace(ctx, id, staging, mount)
 }
 
 // ReceiveReplacement receives a full stream into the staging dataset while
@@ -132,7 +188,8 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 		}
 		return err
 	}
-	if err := s.recv(ctx, id, staging, stream, false); err != nil {
+	tap := &headerTap{r: stream}
+	if err := s.recv(ctx, id, staging, tap, false); err != nil {
 		return discard(err)
 	}
 	meta := map[string]string{}
@@ -140,6 +197,15 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 		meta[k] = v
 	}
 	meta[ports.MetaDriver], meta[ports.MetaVolume] = s.cfg.Driver, string(id)
+	// The encryption record is the new stream's, not the old copy's.
+	delete(meta, ports.MetaEncryption)
+	rec, mount, err := s.receivedRecord(ctx, staging, tap.raw())
+	if err != nil {
+		return discard(fmt.Errorf("receive %s: %w", id, err))
+	}
+	for k, v := range rec {
+		meta[k] = v
+	}
 	if err := s.setMeta(staging, meta); err != nil {
 		return discard(err)
 	}
@@ -149,12 +215,14 @@ func (s *Store) ReceiveReplacement(ctx context.Context, id volume.ID, stream io.
 	if err := s.destroyDataset(ctx, id); err != nil {
 		return discard(fmt.Errorf("receive %s: destroying the copy being replaced: %w", id, err))
 	}
-	return s.moveIntoPlace(ctx, id, staging)
+	return s.moveIntoPlace(ctx, id, staging, mount)
 }
 
 // moveIntoPlace renames a complete, marked staging dataset to the volume's
-// name and mounts it.
-func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string) error {
+// name and mounts it when mount says so (decided from the staging
+// dataset before the rename: receivedRecord).
+func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string, mount bool) error {
+	s.forget(id)
 	// zfs-fuse refuses to rename a mounted dataset ("dataset is busy").
 	err := retryBusy(ctx, func() error {
 		if err := s.unmount(ctx, staging); err != nil {
@@ -165,6 +233,11 @@ func (s *Store) moveIntoPlace(ctx context.Context, id volume.ID, staging string)
 	})
 	if err != nil {
 		return fmt.Errorf("receive %s: moving the received dataset into place: %w", id, err)
+	}
+	if !mount {
+		// A raw copy without its key stays unmounted: a secondary of an
+		// encrypted volume holds ciphertext only.
+		return nil
 	}
 	if _, err := s.run.zfs(ctx, "mount", s.dataset(id)); err != nil && !strings.Contains(err.Error(), "already mounted") {
 		return fmt.Errorf("receive %s: mounting: %w", id, err)

@@ -16,6 +16,9 @@ case "$*" in
   "get -H -o value type tank") echo filesystem ;;
   "create -p tank/ferry") ;;
   "get -H -o value receive_resume_token tank/ferry") echo - ;;
+  "get -H -o value encryption tank/ferry")
+    # As OpenZFS 0.7 (resume tokens, no encryption) and zfs-fuse answer.
+    echo "bad property list: invalid property 'encryption'" >&2; exit 2 ;;
   "get -H -o value written tank/ferry/vol-idle") echo 0 ;;
   "get -H -o value written tank/ferry/vol-busy") echo 1.50M ;;
   "get -H -o value written tank/ferry/vol-lagging")

@@ -22,9 +22,22 @@ func (s *Store) CreateVolume(ctx context.Context, id volume.ID, opts ports.Creat
 	args := []string{"create", "-o", "refquota=" + size, "-o", "refreservation=" + size}
 	args = append(args, optionArgs(opts.Properties, "")...)
 	meta := withDriver(opts.Metadata, s.cfg.Driver)
+	delete(meta, ports.MetaEncryption) // the store's record, from opts.Encryption only
 	args = append(args, optionArgs(meta, userPropPrefix)...)
+	enc, err := s.encryptionArgs(opts.Encryption)
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
+	}
+	args = append(args, enc...)
 	args = append(args, s.dataset(id))
-	if _, err := s.run.zfs(ctx, args...); err != nil {
+	if opts.Encryption.On() {
+		// keylocation=prompt: zfs reads the key from stdin, once (not a
+		// terminal), and loads it.
+		_, err = s.run.zfsStdin(ctx, opts.Key.Bytes(), args...)
+	} else {
+		_, err = s.run.zfs(ctx, args...)
+	}
+	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
 	}
 	return s.GetVolume(ctx, id)
@@ -123,6 +136,7 @@ func (s *Store) DestroyVolume(ctx context.Context, id volume.ID) error {
 // destroyDataset destroys the volume's own dataset and snapshots, leaving
 // its staging dataset alone.
 func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
+	s.forget(id)
 	if _, err := s.GetVolume(ctx, id); err != nil {
 		return err
 	}

@@ -947,5 +947,33 @@ func (g *Guard) fence(ctx context.Context, id volume.ID, reason string) error {
 	msg := fmt.Sprintf("primary on %s fenced: %s; stopped %d writer(s) %v and removed its pods' mounts", g.cfg.Node, reason, len(stopped), stopped)
 	g.log.Warn("primary fenced", zap.String("volume", string(id)), zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 	g.events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
+	g.unloadKey(ctx, id, info)
 	return nil
+}
+
+// keyUnloader is the part of a store that closes an encrypted volume
+// (ports.SnapshotStore.UnloadKey); a store without it has none.
+type keyUnloader interface {
+	UnloadKey(ctx context.Context, id volume.ID) error
+}
+
+// unloadKey unloads, after a fence removed its pods' mounts, the key of a
+// Ferry-encrypted volume whose key is loaded here: the node keeps only
+// ciphertext once it no longer serves the volume. Best effort, logged (a
+// key that stays loaded is unloaded by the pods' unpublish). Nothing for
+// any other volume.
+func (g *Guard) unloadKey(ctx context.Context, id volume.ID, info ports.VolumeInfo) {
+	v, err := volume.DecideSend(info.Metadata[ports.MetaEncryption], info.Encryption)
+	if err != nil || !v.Raw || !info.Encryption.KeyLoaded {
+		return
+	}
+	u, ok := g.store.(keyUnloader)
+	if !ok {
+		return
+	}
+	if err := u.UnloadKey(context.WithoutCancel(ctx), id); err != nil {
+		g.log.Warn("fenced, but the encryption key was not unloaded: it stays loaded on this node", zap.String("volume", string(id)), zap.Error(err))
+		return
+	}
+	g.log.Info("fenced: encryption key unloaded", zap.String("volume", string(id)))
 }

@@ -157,7 +157,9 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 			existing.Metadata[ports.MetaSource] != meta[ports.MetaSource] {
 			return Volume{}, fmt.Errorf("volume %s (%d bytes, source %q): %w", id, existing.CapacityBytes, existing.Metadata[ports.MetaSource], refusal.ErrIncompatible)
 		}
-		return c.replicate(ctx, c.volume(existing, spec.Source), spec)
+		v, err := c.replicate(ctx, c.volume(existing, spec.Source), spec)
+		c.closeEncrypted(ctx, id, params, log)
+		return v, err
 	case errors.Is(err, ports.ErrNotOwned):
 		return Volume{}, fmt.Errorf("volume %s: a dataset of that name exists that Ferry did not create: %w", id, refusal.ErrPrecondition)
 	case !errors.Is(err, ports.ErrNotFound):
@@ -172,14 +174,35 @@ func (c *Service) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vo
 	case volume.FromVolume:
 		info, err = c.copyFromVolume(ctx, nv, spec.Source.ID)
 	default:
-		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: spec.Size, Properties: params.Properties, Metadata: meta})
+		info, err = c.store.CreateVolume(ctx, id, ports.CreateOptions{CapacityBytes: spec.Size, Properties: params.Properties, Metadata: meta,
+			Encryption: params.Encryption, Key: spec.Key})
 	}
 	if err != nil {
 		return Volume{}, err
 	}
 	log.Info("volume created", zap.Int64("bytes", info.CapacityBytes), zap.String("source", source),
-		zap.Int("replicationFactor", params.ReplicationFactor))
-	return c.replicate(ctx, c.volume(info, spec.Source), spec)
+		zap.Int("replicationFactor", params.ReplicationFactor), zap.String("encryption", params.Encryption.Record()))
+	v, err := c.replicate(ctx, c.volume(info, spec.Source), spec)
+	c.closeEncrypted(ctx, id, params, log)
+	return v, err
+}
+
+// closeEncrypted unmounts an encrypted volume and unloads its key at the
+// end of its creation on this node: `zfs create` loaded the key and
+// mounted the filesystem, and nothing here needs them (raw sends need no
+// key); the publish that needs the volume loads the key from its Secret
+// and mounts it again. Best effort, logged: a failure leaves the key
+// loaded here until a later unpublish or a reboot. A plaintext volume is
+// not touched (no command more than before encryption).
+func (c *Service) closeEncrypted(ctx context.Context, id volume.ID, params volume.Params, log *zap.Logger) {
+	if !params.Encryption.On() {
+		return
+	}
+	if err := c.store.UnloadKey(context.WithoutCancel(ctx), id); err != nil {
+		log.Warn("encrypted volume created, but its key was not unloaded: it stays loaded on this node", zap.Error(err))
+		return
+	}
+	log.Info("encrypted volume closed after its creation: unmounted, key unloaded")
 }
 
 // replicate sets up replication of a new (or retried) volume of factor 2
@@ -462,11 +485,23 @@ func (c *Service) Capacity(ctx context.Context, params map[string]string) (int64
 	if p.Pool != "" && p.Pool != c.cfg.Pool {
 		return 0, nil
 	}
+	if p.Encryption.On() && !c.canEncrypt() {
+		// An encrypted StorageClass cannot place a volume here: the
+		// scheduler must not pick this node for one.
+		return 0, nil
+	}
 	pc, err := c.store.Capacity(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return pc.AvailableBytes, nil
+}
+
+// canEncrypt reports whether the store can hold encrypted volumes (the
+// ZFS store says, per its pool); a store that does not say cannot.
+func (c *Service) canEncrypt() bool {
+	e, ok := c.store.(interface{ CanEncrypt() bool })
+	return ok && e.CanEncrypt()
 }
 
 // ListVolumes pages through the volumes by ID: the token is the last ID

@@ -200,3 +200,53 @@ func TestExpandVolumeIsIdempotent(t *testing.T) {
 		t.Fatalf("second expand = %d, %v (no Resize expected)", n, err)
 	}
 }
+
+// An encrypted volume is closed at the end of its creation (unmounted,
+// its key unloaded: the publish that needs it loads the key again); a
+// plaintext one is not touched (the test above: any other call fails it).
+func TestCreateVolumeClosesAnEncryptedVolumeAtTheEnd(t *testing.T) {
+	c, store := newController(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("pvc-1")).Return(ports.VolumeInfo{}, notFound("pvc-1"))
+	created := store.EXPECT().CreateVolume(gomock.Any(), volume.ID("pvc-1"), gomock.Any()).DoAndReturn(
+		func(_ context.Context, id volume.ID, o ports.CreateOptions) (ports.VolumeInfo, error) {
+			if !o.Encryption.On() || o.Key.Empty() {
+				t.Errorf("created with encryption %+v, a key: %v", o.Encryption, !o.Key.Empty())
+			}
+			return ports.VolumeInfo{ID: id, CapacityBytes: o.CapacityBytes, Metadata: o.Metadata}, nil
+		})
+	store.EXPECT().UnloadKey(gomock.Any(), volume.ID("pvc-1")).After(created).Return(nil)
+	_, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{
+		Name: "pvc-1", Capabilities: rw, Parameters: map[string]string{"encryption": "on"},
+		Secrets: map[string]string{"key": "correct horse battery"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// encryptingStore is a store whose pool can encrypt.
+type encryptingStore struct{ *mocks.MockSnapshotStore }
+
+func (encryptingStore) CanEncrypt() bool { return true }
+
+// A node whose pool cannot encrypt offers no capacity to an encrypted
+// StorageClass (the scheduler must not place one there); one that can
+// offers its pool's, and a plaintext class is answered as before.
+func TestCapacityOfAnEncryptedClassIsZeroWhereThePoolCannotEncrypt(t *testing.T) {
+	enc := map[string]string{"encryption": "on"}
+	c, store := newController(t) // any call to the store fails the test
+	if n, err := c.Capacity(ctx, enc); err != nil || n != 0 {
+		t.Fatalf("a pool that cannot encrypt: %d, %v; want 0", n, err)
+	}
+	store.EXPECT().Capacity(gomock.Any()).Return(ports.PoolCapacity{AvailableBytes: 5 * volume.GiB}, nil)
+	if n, err := c.Capacity(ctx, nil); err != nil || n != 5*volume.GiB {
+		t.Fatalf("a plaintext class: %d, %v", n, err)
+	}
+	ctrl := gomock.NewController(t)
+	m := mocks.NewMockSnapshotStore(ctrl)
+	m.EXPECT().Capacity(gomock.Any()).Return(ports.PoolCapacity{AvailableBytes: 3 * volume.GiB}, nil)
+	can := provision.New(cfg, encryptingStore{m}, mocks.NewMockMountTable(ctrl), zap.NewNop())
+	if n, err := can.Capacity(ctx, enc); err != nil || n != 3*volume.GiB {
+		t.Fatalf("a pool that can encrypt: %d, %v", n, err)
+	}
+}

@@ -101,6 +101,9 @@ func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) 
 	id := t.id
 	stream, err := c.store.Send(ctx, req)
 	if err != nil {
+		if errors.Is(err, volume.ErrNotFerrysKey) {
+			c.sendRefused(ctx, req.Volume, id, err)
+		}
 		return ports.VolumeInfo{}, err
 	}
 	defer stream.Close()
@@ -126,5 +129,24 @@ func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) 
 	if err := c.store.SetMetadata(ctx, id, t.metadata); err != nil {
 		return ports.VolumeInfo{}, err
 	}
-	return c.store.GetVolume(ctx, id)
+	info, err = c.store.GetVolume(ctx, id)
+	if err == nil && volume.Encrypted(info.Metadata[ports.MetaEncryption], info.Encryption) {
+		// The source was encrypted: its raw stream made a copy under the
+		// source's key, not the new volume's class's. Not kept (yet).
+		return ports.VolumeInfo{}, fmt.Errorf("volume %s is encrypted: a restore or clone of it: %w", req.Volume, volume.ErrUnsupported)
+	}
+	return info, err
+}
+
+// ReasonSendRefused is the event of a volume whose copy was refused for
+// encryption reasons (volume.ErrNotFerrysKey: encryption Ferry does not
+// manage, or a record the pool contradicts).
+const ReasonSendRefused = "SendRefused"
+
+// sendRefused tells the operator, on the source volume, that a copy of it
+// was refused for encryption reasons: an event where a recorder is
+// reachable, an Error log with the volume in any case.
+func (c *Service) sendRefused(ctx context.Context, src, dst volume.ID, err error) {
+	c.log.Error("copy refused for encryption reasons", zap.String("volume", string(src)), zap.String("copy", string(dst)), zap.Error(err))
+	c.warn(ctx, src, ReasonSendRefused, "a copy of volume %s (for %s) was refused: %v", src, dst, err)
 }

@@ -25,4 +25,7 @@ type Store interface {
 	DestroySnapshot(ctx context.Context, id volume.ID, name string) error
 	Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error)
 	Receive(ctx context.Context, id volume.ID, stream io.Reader) error
+	// UnloadKey closes an encrypted volume at the end of its creation
+	// (ports.SnapshotStore.UnloadKey).
+	UnloadKey(ctx context.Context, id volume.ID) error
 }

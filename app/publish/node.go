@@ -71,6 +71,10 @@ type Request struct {
 	TargetPath string
 	ReadOnly   bool
 	Capability volume.Capability
+	// Secrets are the node-publish Secret the kubelet read for this
+	// publish (the StorageClass's csi.storage.k8s.io/node-publish-secret-*):
+	// an encrypted volume's key. Never logged.
+	Secrets map[string]string
 }
 
 // Publish bind-mounts the volume's dataset at the target path, read-only
@@ -123,6 +127,10 @@ func (n *Service) Publish(ctx context.Context, req Request) error {
 		}
 		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, refusal.ErrIncompatible)
 	}
+	encrypted, loaded, err := n.loadKey(ctx, id, info, req.Secrets, log)
+	if err != nil {
+		return err
+	}
 	if !readOnly {
 		repl, err := n.replicated(ctx, id)
 		if err != nil {
@@ -132,8 +140,21 @@ func (n *Service) Publish(ctx context.Context, req Request) error {
 			// Mounted read/write only once this replica is the single
 			// active primary.
 			if err := n.acquire(ctx, id, log); err != nil {
+				if loaded {
+					n.unloadKey(ctx, id, log)
+				}
 				return err
 			}
+		}
+	}
+	if encrypted {
+		// Never bind-mount a bare mountpoint directory: the pod would
+		// write onto the node's disk, under the dataset, unencrypted.
+		if err := n.datasetMounted(info); err != nil {
+			if loaded {
+				n.unloadKey(ctx, id, log)
+			}
+			return fmt.Errorf("publish volume %s: %w", id, err)
 		}
 	}
 	log.Info("publishing volume", zap.Bool("readOnly", readOnly))
@@ -219,6 +240,7 @@ func (n *Service) Unpublish(ctx context.Context, volumeID, targetPath string) er
 		if err := n.releaseIfLast(ctx, id, info, log); err != nil {
 			return err
 		}
+		n.unloadKeyIfLast(ctx, id, info, log)
 	}
 	log.Info("volume unpublished")
 	return nil
@@ -333,4 +355,92 @@ func (n *Service) Expand(ctx context.Context, volumeID, p string, want *volume.C
 	}
 	n.log.Info("volume expanded on the node", zap.String("volume", string(id)), zap.Int64("from", info.CapacityBytes), zap.Int64("bytes", size))
 	return size, nil
+}
+
+// loadKey ensures, for a Ferry-encrypted volume, that its key is loaded
+// and its filesystem mounted, with the key of the node-publish Secret,
+// before anything else changes (volume.KeyToLoad: a missing or malformed
+// key is InvalidArgument, also when the key is loaded already; a volume
+// whose encryption Ferry does not manage is refused). The store checks
+// the key every time (`zfs load-key -n`), before loading it when it is
+// not loaded, and mounts the filesystem when it is not mounted: a wrong
+// key answers ErrKeyRejected (raised as a KeyRejected event) with nothing
+// loaded, mounted or promoted. encrypted says the volume is
+// Ferry-encrypted; loaded, that this call loaded its key.
+func (n *Service) loadKey(ctx context.Context, id volume.ID, info ports.VolumeInfo, secrets map[string]string, log *zap.Logger) (encrypted, loaded bool, err error) {
+	v, err := volume.KeyToLoad(info.Metadata[ports.MetaEncryption], info.Encryption, secrets)
+	if err != nil {
+		if errors.Is(err, volume.ErrNotFerrysKey) {
+			log.Error("publish refused: encryption not managed by Ferry", zap.Error(err))
+			return false, false, fmt.Errorf("volume %s: %v: %w", id, err, refusal.ErrPrecondition)
+		}
+		return false, false, err
+	}
+	if !v.Needed {
+		return false, false, nil
+	}
+	if err := n.store.LoadKey(ctx, id, v.Key); err != nil {
+		if errors.Is(err, ports.ErrKeyRejected) && n.repl != nil && n.repl.Events != nil {
+			n.repl.Events.Record(ctx, id, ports.Event{Type: ports.EventWarning, Reason: "KeyRejected",
+				Message: fmt.Sprintf("the key in the node-publish Secret is not volume %s's key: nothing was loaded, mounted or promoted on %s", id, n.cfg.Node)})
+		}
+		return true, false, err
+	}
+	if info.Encryption.KeyLoaded {
+		log.Info("encryption key checked; filesystem mounted")
+		return true, false, nil
+	}
+	log.Info("encryption key loaded")
+	return true, true, nil
+}
+
+// datasetMounted checks that the volume's dataset is mounted at its own
+// mountpoint (the mount table lists it there): an encrypted dataset may
+// be unmounted, and its bare mountpoint directory is never what a pod
+// gets. ErrPrecondition otherwise: nothing is bound.
+func (n *Service) datasetMounted(info ports.VolumeInfo) error {
+	mounts, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return fmt.Errorf("checking that %s is mounted at %s: %w", info.MountSource, info.MountPath, err)
+	}
+	for _, m := range mounts {
+		if m == path.Clean(info.MountPath) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the encrypted dataset %s is not mounted at %s: nothing bound: %w", info.MountSource, info.MountPath, refusal.ErrPrecondition)
+}
+
+// unloadKey unloads an encrypted volume's key, best effort: a failure is
+// logged (the key stays loaded on this node until it reboots or a later
+// unpublish unloads it), never the publish's or unpublish's error.
+func (n *Service) unloadKey(ctx context.Context, id volume.ID, log *zap.Logger) {
+	if err := n.store.UnloadKey(context.WithoutCancel(ctx), id); err != nil {
+		log.Warn("encryption key not unloaded: it stays loaded on this node", zap.Error(err))
+		return
+	}
+	log.Info("encryption key unloaded")
+}
+
+// unloadKeyIfLast unloads the key of a volume Ferry encrypted once no
+// target on this node shows it any more: the node keeps only ciphertext
+// when it no longer serves the volume (after the release of its primary
+// term, for a replicated volume).
+func (n *Service) unloadKeyIfLast(ctx context.Context, id volume.ID, info ports.VolumeInfo, log *zap.Logger) {
+	// Only a Ferry-encrypted volume's key (the one DecideSend sends raw):
+	// a key Ferry did not set is never unloaded by it.
+	if v, err := volume.DecideSend(info.Metadata[ports.MetaEncryption], info.Encryption); err != nil || !v.Raw || !info.Encryption.KeyLoaded {
+		return
+	}
+	mounts, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		log.Warn("encryption key not unloaded: the mount table could not be read", zap.Error(err))
+		return
+	}
+	for _, m := range mounts {
+		if m != path.Clean(info.MountPath) {
+			return // still published here
+		}
+	}
+	n.unloadKey(ctx, id, log)
 }

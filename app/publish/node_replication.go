@@ -316,6 +316,12 @@ func (n *Service) remount(ctx context.Context, id volume.ID, log *zap.Logger, ra
 		// longer is (a takeover overtook the publish): never read/write.
 		return fmt.Errorf("the replica of volume %s on %s is no longer the active primary (epoch %d, primary %q): %w", id, n.cfg.Node, st.Epoch, st.Primary, ports.ErrNotPrimary)
 	}
+	if st := info.Encryption; !raise && st.Known && st.Encrypted() && st.OwnRoot && !st.KeyLoaded {
+		// A takeover's preparation has no key: the publish to follow
+		// loads it from its Secret, then remounts.
+		log.Info("not remounted: the encryption key is not loaded here; the publish loads it")
+		return nil
+	}
 	if why := info.Metadata[ports.MetaWritesLocked]; why != "" && n.repl.WriteLock != nil {
 		// The active primary here, with its claim granted: it writes.
 		if err := n.repl.WriteLock.UnlockWrites(ctx, id); err != nil {

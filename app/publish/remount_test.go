@@ -99,6 +99,9 @@ func (h *copyHost) UnlockWrites(context.Context, volume.ID) error {
 	return nil
 }
 
+func (h *copyHost) LoadKey(context.Context, volume.ID, volume.Key) error { return ports.ErrInvalid }
+func (h *copyHost) UnloadKey(context.Context, volume.ID) error           { return nil }
+
 func (h *copyHost) Remount(context.Context, volume.ID) error {
 	if h.gate != nil {
 		h.entered <- struct{}{}

@@ -14,4 +14,6 @@ type Store interface {
 	Remount(ctx context.Context, id volume.ID) error
 	Resize(ctx context.Context, id volume.ID, capacityBytes int64) error
 	SetMetadata(ctx context.Context, id volume.ID, metadata map[string]string) error
+	LoadKey(ctx context.Context, id volume.ID, key volume.Key) error
+	UnloadKey(ctx context.Context, id volume.ID) error
 }

@@ -83,6 +83,7 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 			if err != nil {
 				return nil, err
 			}
+			s.SetLogger(log.Named("zfs"))
 			lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
 				if err := s.Open(ctx); err != nil {
 					return err

@@ -31,6 +31,10 @@ type CreateRequest struct {
 	// At most one source: a CSI snapshot ID or a volume ID.
 	SourceSnapshotID string
 	SourceVolumeID   string
+	// Secrets are the provisioner's Secret (the StorageClass's
+	// csi.storage.k8s.io/provisioner-secret-*): the key of an encrypted
+	// volume. Never logged, never recorded.
+	Secrets map[string]string
 }
 
 // SourceKind is what a new volume is copied from.
@@ -82,6 +86,9 @@ type CreateSpec struct {
 	// ParamsDigest fingerprints the raw parameters: a retried request is
 	// told from a conflicting one by it.
 	ParamsDigest string
+	// Key is the key of an encrypted volume (Params.Encryption on), from
+	// the request's Secrets; empty otherwise.
+	Key Key
 }
 
 // Claim is the namespace and name of the claim the volume was provisioned
@@ -103,7 +110,9 @@ func (s CreateSpec) PersistentVolume() string {
 // ParseCreate checks a CreateVolume request for a node serving pool, in the
 // order a caller fixes mistakes: the name, the capabilities (ErrUnsupported
 // for what Ferry does not do), the parameters, the pool, the capacity
-// (ErrOutOfRange), the source. Every other refusal is an *InvalidError.
+// (ErrOutOfRange), the source, the key of an encrypted volume (from the
+// provisioner's Secret; an encrypted copy is ErrUnsupported). Every other
+// refusal is an *InvalidError.
 func ParseCreate(req CreateRequest, pool string) (CreateSpec, error) {
 	id, err := ParseID("name", req.Name)
 	if err != nil {
@@ -138,8 +147,19 @@ func ParseCreate(req CreateRequest, pool string) (CreateSpec, error) {
 	case req.SourceVolumeID != "":
 		src = Source{Kind: FromVolume, ID: req.SourceVolumeID}
 	}
+	var key Key
+	if params.Encryption.On() {
+		if src.Kind != NoSource {
+			// A copy is a raw or plaintext stream of its source: it would
+			// carry the source's key (or none), not this class's.
+			return CreateSpec{}, fmt.Errorf("an encrypted volume restored from a snapshot or cloned from a volume: %w", ErrUnsupported)
+		}
+		if key, err = ParseKey(params.Encryption.KeyFormat, req.Secrets); err != nil {
+			return CreateSpec{}, err
+		}
+	}
 	return CreateSpec{ID: id, Name: req.Name, Capacity: req.Capacity, Size: size, DefaultSize: req.Capacity == CapacityRange{},
-		Params: params, Source: src, ParamsDigest: paramsDigest(req.Parameters)}, nil
+		Params: params, Source: src, ParamsDigest: paramsDigest(req.Parameters), Key: key}, nil
 }
 
 // paramsDigest fingerprints the StorageClass parameters so that a retried

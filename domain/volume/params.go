@@ -46,6 +46,10 @@ type Params struct {
 	Properties map[string]string
 	// Metadata holds the provisioner's csi.storage.k8s.io/* keys, verbatim.
 	Metadata map[string]string
+	// Encryption is ZFS native encryption (encryption.go): set once, at
+	// creation, never among Properties (a copy's properties are set after
+	// its receive, and encryption cannot be).
+	Encryption Encryption
 }
 
 // propertyRules is the allow-list of ZFS properties a StorageClass may set,
@@ -72,7 +76,7 @@ func compressionValues() []string {
 // AllowedParameters lists every key ParseParams accepts, for error messages
 // and documentation.
 func AllowedParameters() []string {
-	keys := []string{ParamReplicationFactor, ParamPool, ParamSnapshotInterval}
+	keys := []string{ParamReplicationFactor, ParamPool, ParamSnapshotInterval, ParamEncryption, ParamKeyFormat}
 	for k := range propertyRules {
 		keys = append(keys, k)
 	}
@@ -98,6 +102,8 @@ func ParseParams(in map[string]string) (Params, error) {
 		v := in[k]
 		field := "parameters." + k
 		switch {
+		case k == ParamEncryption || k == ParamKeyFormat:
+			// Read together below: a key format means nothing alone.
 		case k == ParamReplicationFactor:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > MaxReplicationFactor {
@@ -131,6 +137,11 @@ func ParseParams(in map[string]string) (Params, error) {
 			p.Properties[k] = norm
 		}
 	}
+	enc, err := parseEncryption(in)
+	if err != nil {
+		return Params{}, err
+	}
+	p.Encryption = enc
 	return p, nil
 }
 

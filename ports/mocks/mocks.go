@@ -194,6 +194,20 @@ func (mr *MockSnapshotStoreMockRecorder) ListVolumes(ctx any) *gomock.Call {
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "ListVolumes", reflect.TypeOf((*MockSnapshotStore)(nil).ListVolumes), ctx)
 }
 
+// LoadKey mocks base method.
+func (m *MockSnapshotStore) LoadKey(ctx context.Context, id volume.ID, key volume.Key) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "LoadKey", ctx, id, key)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// LoadKey indicates an expected call of LoadKey.
+func (mr *MockSnapshotStoreMockRecorder) LoadKey(ctx, id, key any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "LoadKey", reflect.TypeOf((*MockSnapshotStore)(nil).LoadKey), ctx, id, key)
+}
+
 // Receive mocks base method.
 func (m *MockSnapshotStore) Receive(ctx context.Context, id volume.ID, stream io.Reader) error {
 	m.ctrl.T.Helper()
@@ -349,6 +363,20 @@ func (m *MockSnapshotStore) Unchanged(ctx context.Context, id volume.ID) (bool, 
 func (mr *MockSnapshotStoreMockRecorder) Unchanged(ctx, id any) *gomock.Call {
 	mr.mock.ctrl.T.Helper()
 	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "Unchanged", reflect.TypeOf((*MockSnapshotStore)(nil).Unchanged), ctx, id)
+}
+
+// UnloadKey mocks base method.
+func (m *MockSnapshotStore) UnloadKey(ctx context.Context, id volume.ID) error {
+	m.ctrl.T.Helper()
+	ret := m.ctrl.Call(m, "UnloadKey", ctx, id)
+	ret0, _ := ret[0].(error)
+	return ret0
+}
+
+// UnloadKey indicates an expected call of UnloadKey.
+func (mr *MockSnapshotStoreMockRecorder) UnloadKey(ctx, id any) *gomock.Call {
+	mr.mock.ctrl.T.Helper()
+	return mr.mock.ctrl.RecordCallWithMethodType(mr.mock, "UnloadKey", reflect.TypeOf((*MockSnapshotStore)(nil).UnloadKey), ctx, id)
 }
 
 // MockMountTable is a mock of MountTable interface.
