@@ -248,10 +248,7 @@ func (s *Store) UnloadKey(ctx context.Context, id volume.ID) error {
 		return nil
 	}
 	ds := s.dataset(id)
-	if others := otherMounts(ds, info.MountPath); len(others) > 0 {
-		return fmt.Errorf("unload key of volume %s: mounted at %v: %w", id, others, ports.ErrBusy)
-	}
-	if err := retryBusy(ctx, func() error { return s.unmount(ctx, ds) }); err != nil {
+	if err := s.unmountOwn(ctx, ds, info.MountPath); err != nil {
 		return fmt.Errorf("unload key of volume %s: %w", id, err)
 	}
 	_, err = s.run.zfs(ctx, "unload-key", ds)

@@ -255,10 +255,7 @@ func (s *Store) Remount(ctx context.Context, id volume.ID) error {
 		return err
 	}
 	ds := s.dataset(id)
-	if others := otherMounts(ds, info.MountPath); len(others) > 0 {
-		return fmt.Errorf("remount volume %s: mounted at %v: %w", id, others, ports.ErrBusy)
-	}
-	if err := retryBusy(ctx, func() error { return s.unmount(ctx, ds) }); err != nil {
+	if err := s.unmountOwn(ctx, ds, info.MountPath); err != nil {
 		return fmt.Errorf("remount volume %s: %w", id, err)
 	}
 	// Unmounted: the mount is made whatever happens to the caller's
@@ -313,4 +310,14 @@ func (s *Store) writtenZero(ctx context.Context, id volume.ID) (bool, error) {
 	// Without a snapshot, written is everything referenced: never 0 for a
 	// filesystem (its metadata alone takes blocks).
 	return strings.TrimSpace(string(out)) == "0", nil
+}
+
+// unmountOwn unmounts dataset ds from its own mountpoint (retried while
+// briefly busy); ErrBusy, nothing done, while it is mounted anywhere else
+// (a pod's bind mount).
+func (s *Store) unmountOwn(ctx context.Context, ds, mountPath string) error {
+	if others := otherMounts(ds, mountPath); len(others) > 0 {
+		return fmt.Errorf("mounted at %v: %w", others, ports.ErrBusy)
+	}
+	return retryBusy(ctx, func() error { return s.unmount(ctx, ds) })
 }
