@@ -22,13 +22,18 @@ type Network struct {
 	stores map[replica.Node]Source
 	cut    map[replica.Node]bool
 	breaks map[replica.Node]int64 // streams from the node fail after so many bytes
+	// paused nodes answer nothing until Resume: their channel is closed
+	// then.
+	paused map[replica.Node]chan struct{}
+	// waiting counts, per node, the calls and reads waiting on its pause.
+	waiting map[replica.Node]int
 }
 
 var _ ports.Transport = (*Network)(nil)
 
 // New returns a network without nodes.
 func New() *Network {
-	return &Network{stores: map[replica.Node]Source{}, cut: map[replica.Node]bool{}, breaks: map[replica.Node]int64{}}
+	return &Network{stores: map[replica.Node]Source{}, cut: map[replica.Node]bool{}, breaks: map[replica.Node]int64{}, paused: map[replica.Node]chan struct{}{}, waiting: map[replica.Node]int{}}
 }
 
 // Add registers (or replaces) the store that serves node's streams. It
@@ -63,6 +68,81 @@ func (n *Network) BreakStreams(node replica.Node, after int64) {
 	n.breaks[node] = after
 }
 
+// Pause makes node answer nothing, as a node paused or cut off by a
+// firewall that drops its packets: a listing or a fetch from it, and a
+// read of a stream it handed out, wait until Resume or until the caller's
+// context ends (a real transport ends the wait when its context is
+// cancelled; its own liveness checks take tens of seconds).
+func (n *Network) Pause(node replica.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.paused[node]; !ok {
+		n.paused[node] = make(chan struct{})
+	}
+}
+
+// Resume ends a Pause.
+func (n *Network) Resume(node replica.Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.paused[node]; ok {
+		close(ch)
+		delete(n.paused, node)
+	}
+}
+
+// waitPaused waits while node is paused; the context's error when it
+// ends first.
+func (n *Network) waitPaused(ctx context.Context, node replica.Node) error {
+	for {
+		n.mu.Lock()
+		ch, ok := n.paused[node]
+		if ok {
+			n.waiting[node]++
+		}
+		n.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		var err error
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err = fmt.Errorf("node %q answers nothing: %w", node, ctx.Err())
+		}
+		n.mu.Lock()
+		n.waiting[node]--
+		n.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Waiting counts the calls and stream reads waiting on node's pause now.
+func (n *Network) Waiting(node replica.Node) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.waiting[node]
+}
+
+// pausable is a stream whose reads wait while its node is paused.
+type pausable struct {
+	ctx  context.Context
+	net  *Network
+	node replica.Node
+	r    io.ReadCloser
+}
+
+func (p *pausable) Read(b []byte) (int, error) {
+	if err := p.net.waitPaused(p.ctx, p.node); err != nil {
+		return 0, err
+	}
+	return p.r.Read(b)
+}
+
+func (p *pausable) Close() error { return p.r.Close() }
+
 // brokenStream delivers the first bytes of a stream, then fails.
 type brokenStream struct {
 	r    io.ReadCloser
@@ -87,6 +167,9 @@ func (b *brokenStream) Close() error { return b.r.Close() }
 func (n *Network) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
 	store, err := n.peer(ctx, node)
 	if err != nil {
+		return nil, fmt.Errorf("snapshots of %s on node %q: %w", id, node, err)
+	}
+	if err := n.waitPaused(ctx, node); err != nil {
 		return nil, fmt.Errorf("snapshots of %s on node %q: %w", id, node, err)
 	}
 	return store.ListSnapshots(ctx, id)
@@ -114,10 +197,14 @@ func (n *Network) Fetch(ctx context.Context, node replica.Node, req ports.SendRe
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, err)
 	}
-	r, err := store.Send(ctx, req)
+	if err := n.waitPaused(ctx, node); err != nil {
+		return nil, fmt.Errorf("fetch %s@%s from node %q: %w", req.Volume, req.To, node, err)
+	}
+	s, err := store.Send(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	var r io.ReadCloser = &pausable{ctx: ctx, net: n, node: node, r: s}
 	n.mu.Lock()
 	after, broken := n.breaks[node]
 	n.mu.Unlock()

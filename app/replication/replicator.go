@@ -100,6 +100,12 @@ type Replicator struct {
 	// observed: a state of the volume was read since the start.
 	observed bool
 
+	// onChange, when set, is called on each change the watch tells of,
+	// from the watch's goroutine: a peer action under way checks whether
+	// the state ended its term (execWatched).
+	changeMu sync.Mutex
+	onChange func()
+
 	// pace decides when the loop settles; begun: it is set up. Only
 	// the stepping goroutine touches them (Step).
 	pace  replica.Pace
@@ -306,7 +312,25 @@ func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
 		r.log.Warn("cannot watch the volume's state; reading it every tick", zap.Error(err))
 		return nil
 	}
-	return ch
+	// Each change is told to a peer action under way first (the loop is
+	// inside it, not reading the channel), then passed on to the loop.
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		for range ch {
+			r.changeMu.Lock()
+			f := r.onChange
+			r.changeMu.Unlock()
+			if f != nil {
+				f()
+			}
+			select {
+			case out <- struct{}{}:
+			default: // one pending notification is enough
+			}
+		}
+	}()
+	return out
 }
 
 // MaxBackoffTicks bounds the wait after failed actions (see Run).
@@ -464,11 +488,15 @@ func (r *Replicator) settle(ctx context.Context, full bool) (failed, incomplete 
 		if r.m.OnStaleView() {
 			err = r.execStale(ctx, a)
 		} else {
-			err = r.exec(ctx, a)
+			err = r.execWatched(ctx, a)
 		}
-		if errors.Is(err, replica.ErrUnchanged) || errors.Is(err, replica.ErrViewReturned) {
+		if errors.Is(err, replica.ErrUnchanged) || errors.Is(err, replica.ErrViewReturned) || errors.Is(err, replica.ErrTermEnded) {
 			// Skipped (nothing written), or stopped because the state
-			// reads again: not failed, decided again at once.
+			// reads again or the action's term ended: not failed,
+			// decided again at once.
+			if errors.Is(err, replica.ErrTermEnded) {
+				r.log.Info("peer action stopped: its term ended", zap.String("action", fmt.Sprintf("%T", a)), zap.Error(err))
+			}
 			_ = r.m.Step(replica.ActionDone{Action: a, Err: err})
 			continue
 		}
@@ -697,6 +725,44 @@ func (r *Replicator) execStale(ctx context.Context, a replica.Action) error {
 	err := r.exec(sctx, a)
 	if err != nil && errors.Is(context.Cause(sctx), replica.ErrViewReturned) {
 		return fmt.Errorf("%w: %T stopped: %v", replica.ErrViewReturned, a, err)
+	}
+	return err
+}
+
+// execWatched carries out an action decided on a current view. A peer
+// action (a listing, a transfer) is stopped when a change the watch tells
+// of shows that its term ended and its peer is not the new term's primary
+// (replica.TermEnded): it answers replica.ErrTermEnded, and the machine
+// plans again from the new term at once. Without a watch (polling) the
+// action runs until it ends, as the transport's liveness checks bound it.
+func (r *Replicator) execWatched(ctx context.Context, a replica.Action) error {
+	peer, ok := replica.PeerOf(a)
+	if !ok {
+		return r.exec(ctx, a)
+	}
+	epoch := r.m.Term()
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	bound := stateReadTimeout(r.cfg.Tick)
+	r.changeMu.Lock()
+	r.onChange = func() {
+		if wctx.Err() != nil {
+			return
+		}
+		st, err := r.readWithin(wctx, bound)
+		if err == nil && replica.TermEnded(peer, epoch, st) {
+			cancel(fmt.Errorf("%w: epoch %d began with primary %q", replica.ErrTermEnded, st.Epoch, st.Primary))
+		}
+	}
+	r.changeMu.Unlock()
+	defer func() {
+		r.changeMu.Lock()
+		r.onChange = nil
+		r.changeMu.Unlock()
+	}()
+	err := r.exec(wctx, a)
+	if cause := context.Cause(wctx); err != nil && errors.Is(cause, replica.ErrTermEnded) {
+		return fmt.Errorf("%w: %T from %s of epoch %d stopped: %w", cause, a, peer, epoch, err)
 	}
 	return err
 }

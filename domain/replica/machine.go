@@ -423,7 +423,7 @@ func (m *Machine) Step(ev Event) error {
 		}
 		m.done(e)
 		m.outstanding = nil
-		if e.Err != nil && !errors.Is(e.Err, ErrUnchanged) && !errors.Is(e.Err, ErrViewReturned) {
+		if e.Err != nil && !errors.Is(e.Err, ErrUnchanged) && !errors.Is(e.Err, ErrViewReturned) && !errors.Is(e.Err, ErrTermEnded) {
 			m.backoff = true // retried on a later tick, never in a tight loop
 		}
 	default:
@@ -441,7 +441,7 @@ func (m *Machine) done(e ActionDone) {
 	case ReportSnapshot:
 		m.haveState = false
 	case ReadPeer:
-		if e.Err != nil && !errors.Is(e.Err, ErrViewReturned) {
+		if e.Err != nil && !errors.Is(e.Err, ErrViewReturned) && !errors.Is(e.Err, ErrTermEnded) {
 			m.avoidPeer(a.Peer)
 		}
 	case Fetch:
@@ -464,17 +464,25 @@ func (m *Machine) done(e ActionDone) {
 		case errors.Is(e.Err, ErrModified):
 			m.modified = true
 			m.forgetTarget(a.Target)
+		case errors.Is(e.Err, ErrPartialKept) && errors.Is(e.Err, ErrTermEnded):
+			// The term ended: no failure of the peer's; the target stays
+			// recorded, the token names it.
 		case errors.Is(e.Err, ErrPartialKept):
 			m.avoidPeer(a.Peer) // the target stays recorded: the token names it
+		case errors.Is(e.Err, ErrTermEnded):
+			m.forgetTarget(a.Target) // stopped, no failure of the peer's
 		default:
 			m.avoidPeer(a.Peer)
 			m.forgetTarget(a.Target)
 		}
 	case Replace:
 		m.haveLocal, m.havePeer, m.haveState, m.capacityKnown = false, false, false, false
-		if e.Err == nil {
+		switch {
+		case e.Err == nil:
 			m.avoid = nil
-		} else {
+		case errors.Is(e.Err, ErrTermEnded):
+			m.forgetTarget(a.Target) // stopped, no failure of the peer's
+		default:
 			m.avoidPeer(a.Peer)
 			m.forgetTarget(a.Target)
 		}

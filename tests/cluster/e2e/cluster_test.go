@@ -94,6 +94,7 @@ func namespace(t *testing.T) string {
 				}
 			}
 			t.Logf("namespace %s at failure (the failure's line is above):\n%s\nits last events:\n%s", ns, out, strings.Join(lines, "\n"))
+			saveFailure(t, ns, out+"\n"+ev)
 		}
 		_, _ = kubectl(t, "", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
 	})
@@ -266,4 +267,29 @@ func TestASecondPodOnAnotherNodeIsRefusedWithAClearEvent(t *testing.T) {
 	if phase != "Pending" {
 		t.Fatalf("the second pod is %s, want Pending", phase)
 	}
+}
+
+// saveFailure writes what a failed test leaves behind, the namespace's
+// pods and events and the last minutes of every Ferry container's log, to
+// a file outside the cluster's directory (cluster-down removes that) and
+// names it: the short dump above cannot hold the daemons' side.
+func saveFailure(t *testing.T, ns, dump string) {
+	dir := envOr("FERRY_E2E_FAILURES", "/var/tmp/ferry-e2e-failures")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("the failure's logs not saved: %v", err)
+		return
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s in %s at %s\n\n%s\n", t.Name(), ns, time.Now().UTC().Format(time.RFC3339), dump)
+	pods, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}`)
+	for _, p := range strings.Fields(pods) {
+		logs, err := kubectl(t, "", "-n", "ferry-system", "logs", p, "--all-containers", "--prefix", "--since=10m", "--timestamps")
+		fmt.Fprintf(&b, "\n==== %s %v\n%s", p, err, logs)
+	}
+	f := filepath.Join(dir, time.Now().UTC().Format("20060102T150405")+"-"+strings.ReplaceAll(t.Name(), "/", "_")+".log")
+	if err := os.WriteFile(f, b.Bytes(), 0o644); err != nil {
+		t.Logf("the failure's logs not saved: %v", err)
+		return
+	}
+	t.Logf("the failure's pods, events and Ferry's logs: %s", f)
 }
