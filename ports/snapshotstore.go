@@ -253,4 +253,16 @@ type SendRequest struct {
 	// ErrRawUnsupported, never sent another way. Plaintext volumes are
 	// sent as ever.
 	PlaintextOnly bool
+	// Accept is what the receiver's pool takes beyond a plain stream
+	// (volume.StreamFeatures): the sender adds what its own pool can send
+	// of it (volume.SendFeatures). None: a plain stream, as a receiver
+	// that says nothing (an older peer) gets.
+	Accept volume.StreamFeatures
+}
+
+// StreamFeaturer is a store that can tell what its pool sends and takes
+// beyond plain streams (OpenZFS's compressed, large-block and embedded
+// streams); a store without it sends and takes plain streams only.
+type StreamFeaturer interface {
+	StreamFeatures() volume.StreamFeatures
 }

@@ -145,7 +145,7 @@ func (c *Client) Fetch(ctx context.Context, node replica.Node, req ports.SendReq
 		cancel()
 		return nil, fromStatus(node, err)
 	}
-	if err := stream.SendMsg(&SendRequest{Volume: string(req.Volume), From: req.From, To: req.To, ResumeToken: req.ResumeToken}); err != nil {
+	if err := stream.SendMsg(&SendRequest{Volume: string(req.Volume), From: req.From, To: req.To, ResumeToken: req.ResumeToken, Accept: featureNames(req.Accept)}); err != nil {
 		cancel()
 		return nil, fromStatus(node, err)
 	}

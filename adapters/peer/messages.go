@@ -1,6 +1,10 @@
 package peer
 
-import "time"
+import (
+	"time"
+
+	"github.com/ferry-csi/ferry/domain/volume"
+)
 
 // SnapshotsRequest asks for a volume's replication snapshots.
 type SnapshotsRequest struct {
@@ -27,6 +31,10 @@ type SendRequest struct {
 	From        string `json:"from,omitempty"`
 	To          string `json:"to"`
 	ResumeToken string `json:"resumeToken,omitempty"`
+	// Accept lists what the receiver's pool takes beyond a plain stream
+	// ("compressed", "large-blocks", "embedded"); absent: a plain stream
+	// (an older client says nothing). Unknown names are ignored.
+	Accept []string `json:"accept,omitempty"`
 }
 
 // PromiseRequest asks the peer not to take the asking node's volumes
@@ -73,3 +81,41 @@ const (
 	listTimeout      = 30 * time.Second
 	streamIdle       = 2 * time.Minute
 )
+
+// The names of volume.StreamFeatures on the wire.
+const (
+	featureCompressed  = "compressed"
+	featureLargeBlocks = "large-blocks"
+	featureEmbedded    = "embedded"
+)
+
+func featureNames(f volume.StreamFeatures) []string {
+	var out []string
+	if f.Compressed {
+		out = append(out, featureCompressed)
+	}
+	if f.LargeBlocks {
+		out = append(out, featureLargeBlocks)
+	}
+	if f.Embedded {
+		out = append(out, featureEmbedded)
+	}
+	return out
+}
+
+// parseFeatures reads a client's list; names it does not know (a newer
+// client's) are left out: never sent what this build cannot tell apart.
+func parseFeatures(names []string) volume.StreamFeatures {
+	var f volume.StreamFeatures
+	for _, n := range names {
+		switch n {
+		case featureCompressed:
+			f.Compressed = true
+		case featureLargeBlocks:
+			f.LargeBlocks = true
+		case featureEmbedded:
+			f.Embedded = true
+		}
+	}
+	return f
+}

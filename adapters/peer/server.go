@@ -211,7 +211,7 @@ func validate(req *SendRequest) (ports.SendRequest, error) {
 	if err != nil {
 		return ports.SendRequest{}, err
 	}
-	out := ports.SendRequest{Volume: id, To: req.To, From: req.From, ResumeToken: req.ResumeToken}
+	out := ports.SendRequest{Volume: id, To: req.To, From: req.From, ResumeToken: req.ResumeToken, Accept: parseFeatures(req.Accept)}
 	if !validToken(req.ResumeToken) {
 		return out, fmt.Errorf("resume token %q is malformed", truncate(req.ResumeToken))
 	}

@@ -45,6 +45,9 @@ type Store struct {
 	// encrypts: the pool can hold encrypted datasets (OpenZFS with
 	// feature@encryption); zfs-fuse cannot (encryption.go).
 	encrypts bool
+	// features: what the pool sends and takes beyond plain streams
+	// (features.go).
+	features volume.StreamFeatures
 	// log: what the store tells the operator once (SetLogger).
 	log *zap.Logger
 	// parentEncrypted logs once per process that volumes are encrypted
@@ -104,6 +107,11 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
+	s.features = s.detectFeatures(ctx)
+	if !s.features.None() {
+		s.log.Info("zfs streams: the pool sends and takes more than plain streams where its peers do", zap.String("pool", s.cfg.Pool),
+			zap.Bool("compressed", s.features.Compressed), zap.Bool("largeBlocks", s.features.LargeBlocks), zap.Bool("embedded", s.features.Embedded))
+	}
 	encrypts, err := s.detectEncryption(ctx)
 	if err != nil {
 		return err

@@ -64,7 +64,7 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 			return nil, err
 		}
 		s.remember(req.Volume, v)
-		return s.run.stream(ctx, sendArgs(req, v, s.snapshot)...)
+		return s.run.stream(ctx, sendArgs(req, v, s.features, s.snapshot)...)
 	}
 	// A volume known to be sent plain (every volume of a pool that cannot
 	// encrypt, zfs-fuse; one checked before here), as on main: zfs send
@@ -83,7 +83,7 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 		}
 		checked <- err
 	}()
-	r, err := s.run.stream(ctx, sendArgs(req, volume.SendVerdict{}, s.snapshot)...)
+	r, err := s.run.stream(ctx, sendArgs(req, volume.SendVerdict{}, s.features, s.snapshot)...)
 	if cerr := <-checked; cerr != nil {
 		if r != nil {
 			_ = r.Close() // kills zfs send
@@ -93,12 +93,15 @@ func (s *Store) Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser,
 	return r, err
 }
 
-// sendArgs is the argv of `zfs send` for req, raw as v says.
-func sendArgs(req ports.SendRequest, v volume.SendVerdict, snapshot func(volume.ID, string) string) []string {
+// sendArgs is the argv of `zfs send` for req, raw as v says, with what
+// both the pool (own) and the receiver (req.Accept) take beyond a plain
+// stream.
+func sendArgs(req ports.SendRequest, v volume.SendVerdict, own volume.StreamFeatures, snapshot func(volume.ID, string) string) []string {
 	args := []string{"send"}
 	if v.Raw {
 		args = append(args, "-w")
 	}
+	args = append(args, featureFlags(volume.SendFeatures(own, req.Accept, v.Raw))...)
 	if req.From != "" {
 		args = append(args, "-i", snapshot(req.Volume, req.From))
 	}

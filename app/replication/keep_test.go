@@ -42,7 +42,7 @@ func fencedReturn(t *testing.T, others ...replica.Node) *cluster {
 	})
 	c.stop("a")
 	c.write("a", "v3-never-snapshotted")
-	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return ackThenTakeover(s, "b", "a", 1) }); err != nil {
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { return ackThenTakeoverBehind(s, "b", "a") }); err != nil {
 		t.Fatal(err)
 	}
 	c.start("b")

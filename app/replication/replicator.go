@@ -35,6 +35,10 @@ type Config struct {
 	// per second (0: unlimited), so that a first sync does not take a
 	// node's disk or network from its workloads.
 	MaxTransferRate int64
+	// Accept is what this node's pool takes beyond a plain stream
+	// (compressed, large-block, embedded): asked of every peer it
+	// fetches from, which adds what its own pool can send.
+	Accept volume.StreamFeatures
 	// Clock paces rate-limited transfers; nil is the system clock.
 	Clock Clock
 	// Resync is how often an idle replica re-reads everything without

@@ -218,7 +218,7 @@ func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports
 // fetch receives a snapshot from a peer and checks that what arrived is the
 // snapshot asked for (by GUID).
 func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
-	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
+	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target), Accept: r.cfg.Accept}
 	if a.Base != nil {
 		req.From = replica.SnapshotName(*a.Base)
 	}
@@ -320,7 +320,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 			return err
 		}
 	}
-	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target)}
+	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target), Accept: r.cfg.Accept}
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("stream", streamReplacement))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, false)
 	if err != nil {

@@ -141,6 +141,9 @@ func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.Sna
 	}
 	cfg := replication.Config{Node: node, Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: lag, Keep: o.Keep,
 		MaxTransferRate: int64(o.MaxTransferRate)}
+	if f, ok := store.(ports.StreamFeaturer); ok {
+		cfg.Accept = f.StreamFeatures()
+	}
 	return replication.New(cfg, store, cluster, t, events, log), nil
 }
 
