@@ -107,7 +107,11 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
-	s.features = s.detectFeatures(ctx)
+	if s.resumable {
+		// OpenZFS (resumable receives): its pool's feature flags say
+		// which streams it takes; zfs-fuse takes plain streams only.
+		s.features = s.detectFeatures(ctx)
+	}
 	if !s.features.None() {
 		s.log.Info("zfs streams: the pool sends and takes more than plain streams where its peers do", zap.String("pool", s.cfg.Pool),
 			zap.Bool("compressed", s.features.Compressed), zap.Bool("largeBlocks", s.features.LargeBlocks), zap.Bool("embedded", s.features.Embedded))
