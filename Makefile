@@ -7,6 +7,11 @@ CACHE       ?= $(HOME)/.cache/ferry
 BIN         := $(CURDIR)/bin
 TOOLS       := $(CACHE)/tools
 GOTEST      ?= go test
+# The version stamped into bin/ferry (`ferry version`): the git tag
+# (vX.Y.Z) when HEAD has one, else the last tag with the commits since and
+# the commit, else the commit alone; "-dirty" for uncommitted changes.
+VERSION     ?= $(shell git describe --tags --match 'v*' --always --dirty 2>/dev/null || echo dev)
+GO_LDFLAGS  := -X main.version=$(VERSION)
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
 
@@ -15,8 +20,8 @@ CSI_SANITY_VERSION := v5.6.0
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
-build: ## build bin/ferry
-	go build -o $(BIN)/ferry ./cmd/ferry
+build: ## build bin/ferry, stamped with $(VERSION)
+	go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/ferry ./cmd/ferry
 
 generate: ## regenerate the gomock mocks of the ports
 	go generate ./...
