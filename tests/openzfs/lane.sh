@@ -83,6 +83,9 @@ one() {
         [ "$summary" != "0 tests passed" ] || summary="$(grep -oE '[0-9]+ Passed \| [0-9]+ Failed' "$sh/out/$name.log" | tail -n 1)"
         echo "openzfs $s: $name ok ($summary)"
       fi
+      # Figures the suites print (bytes, not times: timings under
+      # emulation mean nothing), e.g. the stream features' saving.
+      grep -hoE 'stream bytes of .*' "$sh/out/$name.log" 2>/dev/null | sed "s/^/openzfs $s: $name: /" || true
     done
   } >"$report"
   if [ "$run" != 0 ] && [ -n "${FERRY_OPENZFS_KEEP:-}" ]; then
