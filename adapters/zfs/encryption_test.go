@@ -44,7 +44,13 @@ case "$*" in
   "get -H -o value receive_resume_token tank/ferry") echo - ;;
   "get -H -o value encryption tank/ferry") echo off ;;
   "get -H -p -o name,property,value,source "*)
-    case "$*" in *vol-p*) sleep 0.3 ;; esac
+    # vol-p's check lasts until its send started (or 3 s): whether the
+    # store overlaps the two shows in the log's order, however slow the
+    # machine (a stale mark from an earlier send is cleared first).
+    case "$*" in *vol-p*)
+      rm -f "$FAKE_ZFS_LOG.sent"; i=0
+      while [ ! -e "$FAKE_ZFS_LOG.sent" ] && [ $i -lt 60 ]; do sleep 0.05; i=$((i+1)); done ;;
+    esac
     trap 'echo "get-done" >> "$FAKE_ZFS_LOG"' EXIT
     shift 6
     for t in "$@"; do
@@ -67,7 +73,7 @@ case "$*" in
   "mount tank/ferry/vol-e") ;;
   "mount tank/ferry/vol-n") echo "cannot mount 'tank/ferry/vol-n': filesystem already mounted" >&2; exit 1 ;;
   "send -w -i tank/ferry/vol-e@ferry-1-1 tank/ferry/vol-e@ferry-1-2") printf 'RAW' ;;
-  "send -i tank/ferry/vol-p@ferry-1-1 tank/ferry/vol-p@ferry-1-2") printf 'PLAIN' ;;
+  "send -i tank/ferry/vol-p@ferry-1-1 tank/ferry/vol-p@ferry-1-2") touch "$FAKE_ZFS_LOG.sent"; printf 'PLAIN' ;;
   "send -i tank/ferry/vol-i@ferry-1-1 tank/ferry/vol-i@ferry-1-2") printf 'PARENT' ;;
   "send -n -v -t 1-plain") printf 'resume token contents:\nnvlist version: 0\n\ttoname = tank/ferry/vol-e@ferry-1-2\n\tembedok\n' ;;
   "send -n -v -t 1-raw") printf 'resume token contents:\nnvlist version: 0\n\ttoname = tank/ferry/vol-e@ferry-1-2\n\tembedok\n\trawok\n' ;;
@@ -81,6 +87,7 @@ const fakeEncZpool = `#!/bin/sh
 echo "zpool $*" >> "$FAKE_ZFS_LOG"
 case "$*" in
   "get -H -o value feature@encryption tank") echo active ;;
+  "get all tank") printf 'NAME  PROPERTY  VALUE  SOURCE\ntank  feature@encryption  active  local\n' ;;
   *) echo "fake zpool: unexpected: $*" >&2; exit 1 ;;
 esac
 `

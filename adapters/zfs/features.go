@@ -2,9 +2,8 @@ package zfs
 
 import (
 	"context"
+	"fmt"
 	"strings"
-
-	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -20,19 +19,20 @@ var _ ports.StreamFeaturer = (*Store)(nil)
 //     later): a compressed block arrives as it is compressed, and a pool
 //     that does not know its algorithm cannot take it;
 //   - large blocks (`-L`) with feature large_blocks;
-//   - embedded blocks (`-e`) with feature embedded_data.
+//   - embedded blocks (`-e`) with features embedded_data and lz4_compress
+//     (an embedded block of a pool using lz4 is marked lz4 in the stream).
 //
-// A feature counts when "enabled" or "active". A pool whose features
-// cannot be read sends and takes plain streams: never a stream a peer
-// might not take.
-func (s *Store) detectFeatures(ctx context.Context) volume.StreamFeatures {
+// A feature counts when "enabled" or "active". Features that cannot be
+// read fail Open, as the encryption mode does: a node that guessed
+// "plain" would send plain incrementals to copies that received large
+// blocks whole, which refuse them.
+func (s *Store) detectFeatures(ctx context.Context) (volume.StreamFeatures, error) {
 	// No -H or -o: zfs-fuse's `zpool get` knows neither.
 	out, err := s.run.zpool(ctx, "get", "all", s.cfg.Pool)
 	if err != nil {
-		s.log.Warn("the pool's features could not be read: plain streams only", zap.String("pool", s.cfg.Pool), zap.Error(err))
-		return volume.StreamFeatures{}
+		return volume.StreamFeatures{}, fmt.Errorf("reading pool %s's features (zpool get all): %w", s.cfg.Pool, err)
 	}
-	return parseFeatures(string(out))
+	return parseFeatures(string(out)), nil
 }
 
 // parseFeatures reads `zpool get all <pool>` output: a header, then
@@ -48,7 +48,7 @@ func parseFeatures(out string) volume.StreamFeatures {
 	return volume.StreamFeatures{
 		Compressed:  on["lz4_compress"] && on["zstd_compress"],
 		LargeBlocks: on["large_blocks"],
-		Embedded:    on["embedded_data"],
+		Embedded:    on["embedded_data"] && on["lz4_compress"],
 	}
 }
 

@@ -61,7 +61,11 @@ func TestOnOpenZFSAnInterruptedTransferResumesWithAVerifiedToken(t *testing.T) {
 	}
 	logFile := filepath.Join(dir, "argv.log")
 	t.Setenv("FAKE_ZFS_LOG", logFile)
-	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin})
+	zpool := filepath.Join(dir, "zpool")
+	if err := os.WriteFile(zpool, []byte("#!/bin/sh\n[ \"$*\" = \"get all tank\" ] && exit 0\necho \"fake zpool: unexpected: $*\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := zfs.New(zfs.Config{Pool: "tank", Parent: "ferry", Driver: driver, ZFS: bin, Zpool: zpool})
 	if err != nil {
 		t.Fatal(err)
 	}

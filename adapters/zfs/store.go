@@ -107,20 +107,22 @@ func (s *Store) Open(ctx context.Context) error {
 		}
 	}
 	s.resumable = s.detectResume(ctx)
-	if s.resumable {
-		// OpenZFS (resumable receives): its pool's feature flags say
-		// which streams it takes; zfs-fuse takes plain streams only.
-		s.features = s.detectFeatures(ctx)
-	}
-	if !s.features.None() {
-		s.log.Info("zfs streams: the pool sends and takes more than plain streams where its peers do", zap.String("pool", s.cfg.Pool),
-			zap.Bool("compressed", s.features.Compressed), zap.Bool("largeBlocks", s.features.LargeBlocks), zap.Bool("embedded", s.features.Embedded))
-	}
 	encrypts, err := s.detectEncryption(ctx)
 	if err != nil {
 		return err
 	}
 	s.encrypts = encrypts
+	if s.resumable {
+		// OpenZFS (resumable receives): its pool's feature flags say
+		// which streams it takes; zfs-fuse takes plain streams only.
+		f, err := s.detectFeatures(ctx)
+		if err != nil {
+			return err
+		}
+		s.features = f
+		s.log.Info("zfs streams: the pool sends and takes these beyond plain streams, where its peers do too", zap.String("pool", s.cfg.Pool),
+			zap.Bool("compressed", f.Compressed), zap.Bool("largeBlocks", f.LargeBlocks), zap.Bool("embedded", f.Embedded))
+	}
 	if encrypts {
 		s.log.Info("zfs encryption: the pool can hold encrypted volumes (OpenZFS, feature@encryption)", zap.String("pool", s.cfg.Pool))
 	} else {

@@ -50,6 +50,7 @@ func fakeZpool(t *testing.T, dir string) string {
 d="$(dirname "$0")"
 case "$*" in
   "sync tank") echo sync >>"$d/syncs"; touch "$d/synced" ;;
+  "get all tank") echo "NAME  PROPERTY  VALUE  SOURCE" ;;
   *) echo "fake zpool: unexpected: $*" >&2; exit 1 ;;
 esac
 `
@@ -86,7 +87,7 @@ func TestOnOpenZFSAWrittenOfZeroIsBelievedOnlyAfterAPoolSync(t *testing.T) {
 func TestOnOpenZFSAFailedPoolSyncCannotTell(t *testing.T) {
 	dir := t.TempDir()
 	zpool := filepath.Join(dir, "zpool")
-	if err := os.WriteFile(zpool, []byte("#!/bin/sh\necho \"cannot sync: I/O error\" >&2\nexit 1\n"), 0o755); err != nil {
+	if err := os.WriteFile(zpool, []byte("#!/bin/sh\n[ \"$*\" = \"get all tank\" ] && exit 0\necho \"cannot sync: I/O error\" >&2\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -109,6 +109,15 @@ type Replicator struct {
 	// the state ended its term (execWatched).
 	changeMu sync.Mutex
 	onChange func()
+	// changes counts the changes the watch told of; observedChanges is
+	// the count when observe last read the state (a change after it may
+	// be missing from the view the next action is decided on).
+	changes         atomic.Uint64
+	observedChanges uint64
+	// transportCtx, set while execWatched runs a peer action, is the
+	// context of its calls to the peer (peerCtx): cancelled when the
+	// peer's term ended, it stops the transfer, never the local steps.
+	transportCtx context.Context
 
 	// pace decides when the loop settles; begun: it is set up. Only
 	// the stepping goroutine touches them (Step).
@@ -322,6 +331,7 @@ func (r *Replicator) watch(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(out)
 		for range ch {
+			r.changes.Add(1)
 			r.changeMu.Lock()
 			f := r.onChange
 			r.changeMu.Unlock()
@@ -568,6 +578,7 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 	var st replica.State
 	err := errRoundStale
 	if !r.roundStale {
+		r.observedChanges = r.changes.Load()
 		st, err = r.read(ctx)
 	}
 	switch {
@@ -734,41 +745,60 @@ func (r *Replicator) execStale(ctx context.Context, a replica.Action) error {
 }
 
 // execWatched carries out an action decided on a current view. A peer
-// action (a listing, a transfer) is stopped when a change the watch tells
-// of shows that its term ended and its peer is not the new term's primary
+// action (a listing, a transfer) stops talking to its peer when a change
+// the watch tells of shows that a takeover ended the peer's term
 // (replica.TermEnded): it answers replica.ErrTermEnded, and the machine
-// plans again from the new term at once. Without a watch (polling) the
-// action runs until it ends, as the transport's liveness checks bound it.
+// plans again from the new term at once. Only the calls to the peer are
+// cancelled (peerCtx): a receive fails as on a broken stream, and the
+// local steps (a replacement's commit) run to their end. A change told
+// between the view's read and the action's start is checked at once.
+// Without a watch (polling) the action runs until it ends, as the
+// transport's liveness checks bound it.
 func (r *Replicator) execWatched(ctx context.Context, a replica.Action) error {
 	peer, ok := replica.PeerOf(a)
 	if !ok {
 		return r.exec(ctx, a)
 	}
 	epoch := r.m.Term()
-	wctx, cancel := context.WithCancelCause(ctx)
+	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	bound := stateReadTimeout(r.cfg.Tick)
-	r.changeMu.Lock()
-	r.onChange = func() {
-		if wctx.Err() != nil {
+	check := func() {
+		if tctx.Err() != nil {
 			return
 		}
-		st, err := r.readWithin(wctx, bound)
+		st, err := r.readWithin(tctx, bound)
 		if err == nil && replica.TermEnded(peer, epoch, st) {
-			cancel(fmt.Errorf("%w: epoch %d began with primary %q", replica.ErrTermEnded, st.Epoch, st.Primary))
+			cancel(fmt.Errorf("%w: a takeover began epoch %d with primary %q", replica.ErrTermEnded, st.Epoch, st.Primary))
 		}
 	}
+	r.changeMu.Lock()
+	r.onChange = check
 	r.changeMu.Unlock()
+	r.transportCtx = tctx
 	defer func() {
+		r.transportCtx = nil
 		r.changeMu.Lock()
 		r.onChange = nil
 		r.changeMu.Unlock()
 	}()
-	err := r.exec(wctx, a)
-	if cause := context.Cause(wctx); err != nil && errors.Is(cause, replica.ErrTermEnded) {
+	if r.changes.Load() != r.observedChanges {
+		go check() // a change since the view was read
+	}
+	err := r.exec(ctx, a)
+	if cause := context.Cause(tctx); err != nil && errors.Is(cause, replica.ErrTermEnded) {
 		return fmt.Errorf("%w: %T from %s of epoch %d stopped: %w", cause, a, peer, epoch, err)
 	}
 	return err
+}
+
+// peerCtx is the context of a call to a peer: the running peer action's
+// (execWatched), else ctx. Only Run's goroutine calls it.
+func (r *Replicator) peerCtx(ctx context.Context) context.Context {
+	if r.transportCtx != nil {
+		return r.transportCtx
+	}
+	return ctx
 }
 
 // publishStatus copies the machine's publish state into the status and

@@ -27,7 +27,7 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		}
 		return err
 	case replica.ReadPeer:
-		list, err := r.transport.Snapshots(ctx, a.Peer, r.cfg.Volume)
+		list, err := r.transport.Snapshots(r.peerCtx(ctx), a.Peer, r.cfg.Volume)
 		if err != nil {
 			return err
 		}
@@ -212,7 +212,7 @@ func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports
 			return nil, fmt.Errorf("recording the fetch of %s: %w", req.To, err)
 		}
 	}
-	return r.transport.Fetch(ctx, peer, req)
+	return r.transport.Fetch(r.peerCtx(ctx), peer, req)
 }
 
 // fetch receives a snapshot from a peer and checks that what arrived is the
@@ -262,7 +262,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 		log.Warn("fetch failed", zap.Int64("bytes", p.Bytes()), zap.Error(err))
 		f := replica.FetchFailure{Resumed: token != "", Incremental: a.Base != nil,
 			Conflict: errors.Is(err, ports.ErrConflict), BaseMismatch: errors.Is(err, ports.ErrBaseMismatch),
-			Bytes: p.Bytes(), Cancelled: ctx.Err() != nil, NoSpace: errors.Is(err, ports.ErrNoSpace)}
+			Bytes: p.Bytes(), Cancelled: ctx.Err() != nil || r.peerCtx(ctx).Err() != nil, NoSpace: errors.Is(err, ports.ErrNoSpace)}
 		if t, terr := r.store.ResumeToken(context.WithoutCancel(ctx), r.cfg.Volume); terr == nil && t != "" {
 			f.PartialKept = true
 		}

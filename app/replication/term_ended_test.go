@@ -2,10 +2,16 @@ package replication_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
 )
 
 // The primary's node stops answering (paused, or cut off by a firewall
@@ -53,5 +59,77 @@ func TestAPeerCallToAPrimaryThatStoppedAnsweringEndsWhenTheVolumeIsTakenOver(t *
 	st, _ := c.state.Get(ctx, volID)
 	if b, _ := st.Replica("b"); st.Primary != "b" || !b.Active {
 		t.Fatalf("b is not the active primary: %+v", st)
+	}
+}
+
+// takeoverAfterRead writes a takeover of the volume by b from a right
+// after the first read it serves (once armed) after which b's next step
+// is a call to a, and answers that read with the state from before: the takeover lands after the volume manager read
+// its view and before it acts on it, as a survivor's compare-and-swap can.
+type takeoverAfterRead struct {
+	replication.SharedState
+	armed atomic.Bool
+}
+
+func (s *takeoverAfterRead) Get(ctx context.Context, id volume.ID) (replica.State, error) {
+	st, err := s.SharedState.Get(ctx, id)
+	a, _ := st.Replica("a")
+	b, _ := st.Replica("b")
+	// b's next step is a call to a: it reported itself behind.
+	next := err == nil && a.Active && a.Snapshot > b.Snapshot && !b.Ready
+	if next && s.armed.CompareAndSwap(true, false) {
+		if _, uerr := s.SharedState.Update(ctx, id, func(s *replica.State) error {
+			if err := replica.Acknowledge(s, "a", s.Epoch, []replica.Node{"b"}); err != nil {
+				return err
+			}
+			return replica.Takeover(s, "b", "a", 10)
+		}); uerr != nil {
+			panic(uerr)
+		}
+		time.Sleep(50 * time.Millisecond) // the watch tells of it meanwhile
+	}
+	return st, err
+}
+
+// The same loss, with the takeover landing between the read of the view
+// a listing of the lost primary is decided on and the listing's start:
+// the change the watch told of then is checked as the action starts.
+func TestATakeoverJustBeforeAPeerCallStartsStillEndsIt(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	core, logs := observer.New(zap.InfoLevel)
+	c.log = zap.New(core)
+	c.write("a", "v1")
+	c.start("a")
+	wrapped := &takeoverAfterRead{SharedState: c.state}
+	c.stateOverride = wrapped
+	c.start("b")
+	c.eventually("b holds v1 and reported it", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		b, _ := st.Replica("b")
+		return c.holds("b", "v1") && b.Snapshot != 0 && b.Snapshot == c.newestStored("b")
+	})
+	c.stop("b")
+	c.write("a", "v2")
+	bHolds := c.newestStored("b")
+	c.eventually("a reported a snapshot b lacks", func() bool {
+		st, _ := c.state.Get(ctx, volID)
+		a, _ := st.Replica("a")
+		return a.Snapshot > bHolds
+	})
+	c.stop("a") // a's node is lost
+	c.net.Pause("a")
+	defer c.net.Resume("a")
+	wrapped.armed.Store(true)
+	c.resume("b")
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.reps["b"].Acquire(actx); err != nil {
+		t.Fatalf("b did not become the primary after taking the volume over: %v (calls still waiting on a: %d)", err, c.net.Waiting("a"))
+	}
+	if wrapped.armed.Load() {
+		t.Fatal("b never read its state after it restarted: the scenario did not happen")
+	}
+	if logs.FilterMessage("peer action stopped: its term ended").Len() == 0 {
+		t.Fatal("b became the primary without a peer call to stop: the takeover did not land between its read and a peer action, and the scenario proves nothing")
 	}
 }

@@ -12,12 +12,15 @@ func TestTermEndedOnlyForANewerTermWhosePrimaryIsNotThePeer(t *testing.T) {
 		st    State
 		ended bool
 	}{
-		{"the same term goes on", State{Epoch: 3, Primary: "a"}, false},
-		{"the same term, its primary stepped down", State{Epoch: 3, Primary: ""}, false},
-		{"a takeover by another node", State{Epoch: 4, Primary: "b"}, true},
-		{"a newer term without a primary yet", State{Epoch: 4, Primary: ""}, true},
-		{"a newer term of the peer's own (it was promoted again)", State{Epoch: 4, Primary: "a"}, false},
-		{"an older view", State{Epoch: 2, Primary: "b"}, false},
+		{"the same term goes on", State{Epoch: 3, Primary: "a", Replicas: []Replica{{Node: "a", Active: true}, {Node: "b"}}}, false},
+		{"the same term, its primary stepped down", State{Epoch: 3, Primary: "a", Replicas: []Replica{{Node: "a"}, {Node: "b"}}}, false},
+		{"a takeover by another node", State{Epoch: 4, Primary: "b", Replicas: []Replica{{Node: "a", Forked: Fork{Epoch: 4, At: Snap{Number: 5, Epoch: 3}}}, {Node: "b", Active: true}}}, true},
+		{"a takeover that gave up the peer's final snapshot (TakeoverReleased)", State{Epoch: 4, Primary: "", Replicas: []Replica{{Node: "a", Forked: Fork{Epoch: 4, At: Snap{Number: 5, Epoch: 3}}}, {Node: "b"}}}, true},
+		{"the peer no longer listed", State{Epoch: 4, Primary: "b", Replicas: []Replica{{Node: "b", Active: true}}}, true},
+		{"a planned handover: the peer stepped down, b promoted", State{Epoch: 4, Primary: "b", Replicas: []Replica{{Node: "a"}, {Node: "b", Active: true}}}, false},
+		{"a fork of an earlier takeover, before this term", State{Epoch: 4, Primary: "b", Replicas: []Replica{{Node: "a", Forked: Fork{Epoch: 2, At: Snap{Number: 1, Epoch: 1}}}, {Node: "b", Active: true}}}, false},
+		{"a newer term of the peer's own (it was promoted again)", State{Epoch: 4, Primary: "a", Replicas: []Replica{{Node: "a", Active: true}, {Node: "b"}}}, false},
+		{"an older view", State{Epoch: 2, Primary: "b", Replicas: []Replica{{Node: "a", Forked: Fork{Epoch: 2}}, {Node: "b", Active: true}}}, false},
 	} {
 		if got := TermEnded("a", 3, c.st); got != c.ended {
 			t.Errorf("%s: TermEnded = %v, want %v", c.name, got, c.ended)
