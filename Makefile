@@ -14,8 +14,10 @@ VERSION     ?= $(shell git describe --tags --match 'v*' --always --dirty 2>/dev/
 GO_LDFLAGS  := -X main.version=$(VERSION)
 # Pinned tools, installed into $(TOOLS) by the targets that need them.
 CSI_SANITY_VERSION := v5.6.0
+HELM_VERSION       := v4.3.1
+HELM               := $(TOOLS)/helm-$(HELM_VERSION)/helm
 
-.PHONY: help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: helm test-chart help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -79,6 +81,18 @@ e2e-k8s-suite: ## run the External Storage suite against Ferry on the running cl
 unit: ## unit, contract (memstore and real ZFS) and app tests (on a fresh zfs-fuse when it serves no pool)
 	ZFS_UP_FRESH=1 tests/scripts/zfs-up.sh
 	$(GOTEST) -count=1 ./...
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) nice -n 10 go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+helm: $(HELM) ## build helm $(HELM_VERSION) from the Go module proxy into ~/.cache/ferry (once)
+
+# The chart (deploy/helm/ferry): helm lint, and rendered with its defaults
+# it is deploy/ object for object (kubectl kustomize; make cluster-bins
+# builds kubectl), with values set they reach every place.
+test-chart: $(HELM) ## helm lint the chart and check it against deploy/ (kustomize)
+	$(HELM) lint --strict deploy/helm/ferry
+	HELM=$(HELM) $(GOTEST) -tags chart -count=1 -v ./tests/chart/ 2>&1 | tests/scripts/summarize-go-test.sh
 
 $(TOOLS)/csi-sanity:
 	GOBIN=$(TOOLS) go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)

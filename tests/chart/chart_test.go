@@ -1,0 +1,193 @@
+//go:build chart
+
+// Package chart checks the Helm chart (deploy/helm/ferry) against the
+// kustomize deployment (deploy/, deploy/crds): rendered with its default
+// values in the namespace ferry-system, the chart makes the same objects,
+// field for field, but for the labels and annotations Helm adds to track
+// its release. `make test-chart` runs it (it needs helm and kubectl).
+package chart
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func tool(t *testing.T, env, def string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p = def
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s (set %s): %v; make test-chart builds it", p, env, err)
+	}
+	return p
+}
+
+func run(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = "../.."
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, errb.String())
+	}
+	return out.Bytes()
+}
+
+// objects splits a multi-document YAML stream into objects keyed by
+// kind/namespace/name, with the release-tracking metadata removed.
+func objects(t *testing.T, stream []byte) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, doc := range strings.Split(string(stream), "\n---") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+		if len(o) == 0 {
+			continue
+		}
+		md, _ := o["metadata"].(map[string]any)
+		for _, k := range []string{"labels", "annotations"} {
+			m, _ := md[k].(map[string]any)
+			for key := range m {
+				switch key {
+				case "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart", "helm.sh/resource-policy",
+					// kustomize's common labels (deploy/kustomization.yaml)
+					"app.kubernetes.io/name", "app.kubernetes.io/part-of":
+					delete(m, key)
+				}
+			}
+			if len(m) == 0 {
+				delete(md, k)
+			}
+		}
+		switch o["kind"] {
+		case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "CSIDriver", "StorageClass",
+			"PriorityClass", "VolumeSnapshotClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			// Cluster-scoped: a namespace kustomize stamps on a kind it
+			// does not know as such means nothing to the API server.
+			delete(md, "namespace")
+		}
+		o = normalize(o).(map[string]any)
+		key := fmt.Sprintf("%s %v", o["kind"], md["name"])
+		if ns, ok := md["namespace"]; ok {
+			key = fmt.Sprintf("%s %v/%v", o["kind"], ns, md["name"])
+		}
+		if _, dup := out[key]; dup {
+			t.Fatalf("%s twice", key)
+		}
+		out[key] = o
+	}
+	return out
+}
+
+func TestTheChartWithItsDefaultsIsTheKustomizeDeployment(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	kubectl := tool(t, "KUBECTL", filepath.Join(os.Getenv("HOME"), ".cache/ferry/k8s-v1.37.2/kubectl"))
+	chart := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--include-crds"))
+	kust := objects(t, append(append(run(t, kubectl, "kustomize", "deploy/crds"), []byte("\n---\n")...), run(t, kubectl, "kustomize", "deploy")...))
+	var keys []string
+	for k := range kust {
+		keys = append(keys, k)
+	}
+	for k := range chart {
+		if _, ok := kust[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c, inChart := chart[k]
+		d, inKust := kust[k]
+		switch {
+		case !inChart:
+			t.Errorf("%s: in deploy/, not made by the chart", k)
+		case !inKust:
+			t.Errorf("%s: made by the chart, not in deploy/", k)
+		case !reflect.DeepEqual(c, d):
+			t.Errorf("%s differs (- deploy/, + chart):\n%s", k, diff(t, d, c))
+		}
+	}
+	t.Logf("%d objects compared", len(keys))
+}
+
+// Values a user sets reach every place they belong: the pool, the parent
+// dataset and the kubelet directory (the daemon's flags and mounts, the
+// replica pods' template, the StorageClass), and the node selection.
+func TestTheChartsValuesReachEveryPlace(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	out := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "storage",
+		"--set", "zfs.pool=tank", "--set", "zfs.parentDataset=k8s/ferry", "--set", "kubeletDir=/var/lib/k0s/kubelet",
+		"--set", "node.nodeSelector.ferry\\.zfs\\.csi\\.io/pool=tank", "--set", "snapshotController.enabled=false",
+		"--set", "image.repository=ghcr.io/ferry-csi/ferry", "--set", "image.tag=v0.1.0"))
+	for _, want := range []string{
+		"--pool=tank", "- --pool=tank\n", "--parent-dataset=k8s/ferry", `pool: "tank"`,
+		"--kubelet-dir=/var/lib/k0s/kubelet", "path: /var/lib/k0s/kubelet/pods",
+		"ferry.zfs.csi.io/pool: tank", "image: ghcr.io/ferry-csi/ferry:v0.1.0",
+		"system:serviceaccount:storage:ferry-node", "namespace: storage",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rendered with values set, the chart lacks %q", want)
+		}
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			lines = append(lines, l) // comments may name the defaults
+		}
+	}
+	objectsOnly := strings.Join(lines, "\n")
+	for _, bad := range []string{"--pool=ferry", "/var/lib/kubelet", "ferry-system", "snapshot-controller:v8.7.0", "image: ferry:dev"} {
+		if strings.Contains(objectsOnly, bad) {
+			t.Errorf("rendered with values set, the chart still says %q", bad)
+		}
+	}
+}
+
+// diff is `diff -u` of two objects as YAML.
+func diff(t *testing.T, a, b map[string]any) string {
+	dir := t.TempDir()
+	write := func(name string, o map[string]any) string {
+		y, _ := yaml.Marshal(o)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, y, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	out, _ := exec.Command("diff", "-u", write("deploy.yaml", a), write("chart.yaml", b)).CombinedOutput()
+	return string(out)
+}
+
+// normalize collapses the whitespace in every string: kustomize reflows
+// folded scalars (the admission policies' CEL) with blank lines Helm does
+// not print, a difference no reader of the object sees.
+func normalize(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			v[k] = normalize(x)
+		}
+		return v
+	case []any:
+		for i, x := range v {
+			v[i] = normalize(x)
+		}
+		return v
+	case string:
+		return strings.Join(strings.Fields(v), " ")
+	}
+	return v
+}
