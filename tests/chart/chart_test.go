@@ -2,7 +2,8 @@
 
 // Package chart checks the Helm chart (deploy/helm/ferry) against the
 // kustomize deployment (deploy/, deploy/crds): rendered with its default
-// values in the namespace ferry-system, the chart makes the same objects,
+// values in the namespace ferry-system (and the namespace made by the
+// chart, as deploy/ makes it), the chart makes the same objects,
 // field for field, but for the labels and annotations Helm adds to track
 // its release. `make test-chart` runs it (it needs helm and kubectl).
 package chart
@@ -96,7 +97,7 @@ func objects(t *testing.T, stream []byte) map[string]map[string]any {
 func TestTheChartWithItsDefaultsIsTheKustomizeDeployment(t *testing.T) {
 	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
 	kubectl := tool(t, "KUBECTL", filepath.Join(os.Getenv("HOME"), ".cache/ferry/k8s-v1.37.2/kubectl"))
-	chart := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--include-crds"))
+	chart := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--include-crds", "--set", "namespace.create=true"))
 	kust := objects(t, append(append(run(t, kubectl, "kustomize", "deploy/crds"), []byte("\n---\n")...), run(t, kubectl, "kustomize", "deploy")...))
 	var keys []string
 	for k := range kust {
