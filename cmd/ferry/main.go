@@ -35,7 +35,12 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if name, ok := asHostTool(os.Args[0]); ok { // the image's zfs and zpool (hosttool.go)
+		os.Exit(runHostTool(name, os.Args[1:], os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 type mode struct {
 	name, summary string
@@ -105,6 +110,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := opts.validate(m.name); err != nil {
 			fmt.Fprintf(stderr, "ferry %s: %v\n", m.name, err)
 			return 2
+		}
+		if opts.HostRoot != "" {
+			// Every zfs and zpool this process runs inherits it (hosttool.go).
+			os.Setenv(hostRootEnv, opts.HostRoot)
 		}
 		if m.name == "daemon" && opts.NodeLock != "" {
 			// Before anything is built or started: the node's other daemon

@@ -53,6 +53,7 @@ type StoreOptions struct {
 	Parent    string
 	ZFSBin    string
 	ZpoolBin  string
+	HostRoot  string // --host-root: the host's root, where zfs and zpool run
 	MemoryDir string
 }
 
@@ -146,6 +147,7 @@ func storeFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Parent, "parent-dataset", "ferry", "dataset under the pool that Ferry owns; volumes are its children")
 	fs.StringVar(&o.ZFSBin, "zfs", "zfs", "path of the zfs command")
 	fs.StringVar(&o.ZpoolBin, "zpool", "zpool", "path of the zpool command")
+	fs.StringVar(&o.HostRoot, "host-root", os.Getenv(hostRootEnv), "where the host's root is mounted (read-only) in this container: zfs and zpool then run the host's own tools there (the image's links, hosttool.go), which match the node's ZFS; empty: run --zfs and --zpool as they are (default $"+hostRootEnv+")")
 	fs.StringVar(&o.MemoryDir, "memory-dir", "/var/tmp/ferry-memory", "directory of the memory store's volumes")
 }
 
@@ -254,6 +256,11 @@ func (o *Options) validate(mode string) error {
 	}
 	if o.Store != "zfs" && o.Store != "memory" {
 		errs = append(errs, errors.New("--store must be zfs or memory"))
+	}
+	if o.HostRoot != "" {
+		if err := checkHostRoot("zfs", o.HostRoot, nil); err != nil {
+			errs = append(errs, fmt.Errorf("--host-root: %w", err))
+		}
 	}
 	if mode == "daemon" && (!filepath.IsAbs(o.KubeletDir) || filepath.Clean(o.KubeletDir) != o.KubeletDir) {
 		errs = append(errs, errors.New("--kubelet-dir must be an absolute, clean path"))

@@ -150,7 +150,7 @@ func TestTheChartsValuesReachEveryPlace(t *testing.T) {
 		}
 	}
 	objectsOnly := strings.Join(lines, "\n")
-	for _, bad := range []string{"--pool=ferry", "/var/lib/kubelet", "ferry-system", "snapshot-controller:v8.7.0", "image: ferry:dev"} {
+	for _, bad := range []string{"--pool=ferry", "/var/lib/kubelet", "ferry-system", "snapshot-controller:v8.7.0", "image: ghcr.io/ferry-csi/ferry:dev"} {
 		if strings.Contains(objectsOnly, bad) {
 			t.Errorf("rendered with values set, the chart still says %q", bad)
 		}

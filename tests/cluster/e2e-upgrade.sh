@@ -4,7 +4,8 @@
 # (FERRY_UPGRADE_FROM, default HEAD~1: the previous commit) to this one
 # while a pod writes to a replicated volume (TestUpgrade*). Builds the
 # earlier commit from `git archive` into ~/.cache (no work tree is
-# touched), writes its image as ferry:<rev> and imports it into every node.
+# touched), writes its image as ghcr.io/ferry-csi/ferry:<rev> and imports it
+# into every node.
 # Prints "upgrade: N.N s, pause max N.N s, lost writes: N".
 set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
@@ -19,16 +20,23 @@ if [ ! -x "$src/bin/ferry" ]; then
   log "built ferry at $rev (the version upgraded from)"
 fi
 mkdir -p "$TOOLS" "$IMAGES"
-(cd "$repo" && CGO_ENABLED=0 go build -o "$TOOLS/" ./tests/cluster/imagetar)
+tool="$FERRY_CACHE/tools/images"
+(mkdir -p "$(dirname "$tool")" && cd "$repo/deploy/images" && CGO_ENABLED=0 go build -o "$tool" .)
+# The earlier commit's image as that commit made it: with the build
+# machine's zfs and zpool (until the image's links that run the host's,
+# cmd/ferry/hosttool.go, which it gets when it has them).
 ferry_args=(-file "$src/bin/ferry=/usr/local/bin/ferry")
 if ldd "$src/bin/ferry" >/dev/null 2>&1; then
   ferry_args=(-ldd "$src/bin/ferry=/usr/local/bin/ferry")
 fi
-image="ferry:$rev"
-"$TOOLS/imagetar" -o "$IMAGES/ferry-$rev.tar" -tag "$image" \
+if [ -f "$src/cmd/ferry/hosttool.go" ]; then
+  ferry_args+=(-symlink /usr/local/sbin/zfs=/usr/local/bin/ferry -symlink /usr/local/sbin/zpool=/usr/local/bin/ferry -dir /host)
+fi
+image="ghcr.io/ferry-csi/ferry:$rev"
+"$tool" -o "$IMAGES/ferry-$rev.tar" -ref "$image" \
   "${ferry_args[@]}" -ldd /usr/sbin/zfs -ldd /usr/sbin/zpool \
   -dir /var/run/zfs -dir /tmp=1777 -dir /etc -symlink /etc/mtab=/proc/self/mounts \
-  -entrypoint /usr/local/bin/ferry
+  -entrypoint /usr/local/bin/ferry >/dev/null
 for n in $(node_names); do
   running "containerd-$n" || die "containerd of $n is not running (make cluster-up)"
   ctr --address "$(node_sock "$n")" -n k8s.io images import --all-platforms "$IMAGES/ferry-$rev.tar" >/dev/null

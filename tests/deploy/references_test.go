@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -182,13 +183,15 @@ func TestTheStorageClassSetsOnlyParametersTheDriverAllows(t *testing.T) {
 }
 
 // Every image the manifests name is one this project builds
-// (tests/cluster/images.sh): ferry itself and the kubernetes-csi sidecars
-// built from the Go module proxy, under ferry/.
+// (deploy/images/build.sh, `make images`): ferry itself and the
+// kubernetes-csi sidecars built from the Go module proxy, under the one
+// qualified registry path ghcr.io/ferry-csi/, with a tag.
 func TestEveryImageIsOneThisProjectBuilds(t *testing.T) {
 	m := mustLoad(t)
+	built := regexp.MustCompile(`^ghcr\.io/ferry-csi/(ferry|csi-provisioner|csi-resizer|csi-snapshotter|snapshot-controller):[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 	for _, w := range m.workloads() {
 		for _, c := range append(w.template.Spec.InitContainers, w.template.Spec.Containers...) {
-			if !strings.HasPrefix(c.Image, "ferry:") && !strings.HasPrefix(c.Image, "ferry/") {
+			if !built.MatchString(c.Image) {
 				t.Errorf("%s container %s runs image %q, which this project does not build", w.object, c.Name, c.Image)
 			}
 		}

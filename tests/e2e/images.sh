@@ -2,8 +2,8 @@
 # Writes the test images the chosen External Storage tests run, under the
 # exact names the e2e framework of Kubernetes v1.37.2 uses
 # (test/utils/image/manifest.go), and imports them into every node of the
-# running local cluster. Nothing is pulled: they are docker-archive tars
-# written by tests/cluster/imagetar from Debian's static busybox and the
+# running local cluster. Nothing is pulled: they are OCI archives written
+# by the project's image tool (deploy/images) from Debian's static busybox and the
 # agnhost binary tests/e2e/build.sh builds from the module proxy.
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2         the default test image
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1           subPath's containers
@@ -13,7 +13,7 @@
 # scripts: dd, sha256sum, ls, stat, mount, ...); agnhost is /agnhost, the
 # entrypoint, with CMD pause, as upstream. The other three have no entrypoint
 # and CMD sh: the tests always set the command.
-# With --build-only, writes the tars and imports nothing.
+# With --build-only, writes the archives and imports nothing.
 set -euo pipefail
 e2e="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/cluster/lib.sh
@@ -28,7 +28,8 @@ images=(
 )
 
 mkdir -p "$TOOLS" "$IMAGES"
-[ -x "$TOOLS/imagetar" ] || (cd "$repo" && CGO_ENABLED=0 nice -n 15 go build -o "$TOOLS/" ./tests/cluster/imagetar)
+tool="$FERRY_CACHE/tools/images"
+[ -x "$tool" ] || (mkdir -p "$(dirname "$tool")" && cd "$repo/deploy/images" && CGO_ENABLED=0 nice -n 15 go build -o "$tool" .)
 [ -x "$BIN/agnhost" ] || "$e2e/build.sh"
 command -v busybox >/dev/null || "$here/install-deps.sh"
 busybox_bin="$(command -v busybox)"
@@ -47,7 +48,7 @@ for spec in "${images[@]}"; do
                     -entrypoint /agnhost -cmd pause) ;;
     *) extra=(-cmd sh) ;;
   esac
-  "$TOOLS/imagetar" -o "$IMAGES/e2e-$name.tar" -tag "$ref" "${base[@]}" "${extra[@]}"
+  "$tool" -o "$IMAGES/e2e-$name.tar" -ref "$ref" "${base[@]}" "${extra[@]}" >/dev/null
 done
 log "e2e images written: $(for s in "${images[@]}"; do printf '%s ' "${s#* }"; done)"
 

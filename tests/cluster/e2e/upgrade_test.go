@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +29,8 @@ func install(t *testing.T, dir, image string, pull time.Duration) {
 	}
 	manifests := string(out)
 	if image != "" {
-		manifests = strings.ReplaceAll(manifests, "image: ferry:dev", "image: "+image)
+		// (An earlier commit names ferry:dev, a later one the qualified name.)
+		manifests = regexp.MustCompile(`image: (ghcr\.io/ferry-csi/)?ferry:dev\b`).ReplaceAllString(manifests, "image: "+image)
 	}
 	if pull > 0 {
 		manifests = slowPull(t, manifests, pull)
@@ -86,7 +88,7 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	if from == "" || fromDir == "" {
 		t.Fatal("FERRY_UPGRADE_FROM_IMAGE or FERRY_UPGRADE_FROM_DIR is not set: run make e2e-upgrade (it builds the earlier commit)")
 	}
-	const to = "ferry:dev"
+	const to = "ghcr.io/ferry-csi/ferry:dev"
 	install(t, fromDir, from, 0)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -26,16 +26,33 @@ sidecars=(
   "snapshot-controller github.com/kubernetes-csi/external-snapshotter/v8 v8.7.0 cmd/snapshot-controller"
 )
 
+# The architectures to build for besides this machine's (FERRY_SIDECAR_ARCHES,
+# default amd64 and arm64: the images are multi-architecture). This
+# machine's binary is $name-$version; another architecture's is
+# $name-$version-linux-<arch>.
+host_arch="$(go env GOARCH)"
+arches="${FERRY_SIDECAR_ARCHES:-amd64 arm64}"
 for s in "${sidecars[@]}"; do
   read -r name module version pkg <<<"$s"
   bin="$out/$name-$version"
+  src="$out/src/$name-$version"
+  for arch in $arches; do
+    [ "$arch" = "$host_arch" ] && continue
+    abin="$bin-linux-$arch"
+    [ -x "$abin" ] && continue
+    [ -f "$src/go.mod" ] && [ -x "$bin" ] || { rm -f "$bin"; break; } # the module is made below, with the host's build
+    log "building $name $version for linux/$arch ..."
+    start=$SECONDS
+    (cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$abin.tmp" "$module/$pkg")
+    mv "$abin.tmp" "$abin"
+    log "$name for linux/$arch built in $((SECONDS - start)) s"
+  done
   if [ -x "$bin" ]; then
     log "$name $version: cached"
     continue
   fi
   log "building $name $version ..."
   start=$SECONDS
-  src="$out/src/$name-$version"
   rm -rf "$src" && mkdir -p "$src"
   modfile="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
   [ -f "$modfile" ] || { log "no go.mod for $module@$version"; exit 1; }
@@ -58,6 +75,14 @@ for s in "${sidecars[@]}"; do
   (cd "$src" && go mod tidy >/dev/null && CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin.tmp" "$module/$pkg")
   mv "$bin.tmp" "$bin"
   log "$name built in $((SECONDS - start)) s"
+  for arch in $arches; do
+    [ "$arch" = "$host_arch" ] && continue
+    log "building $name $version for linux/$arch ..."
+    start=$SECONDS
+    (cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin-linux-$arch.tmp" "$module/$pkg")
+    mv "$bin-linux-$arch.tmp" "$bin-linux-$arch"
+    log "$name for linux/$arch built in $((SECONDS - start)) s"
+  done
 done
 
 crds="$out/crds-v8.7.0"
