@@ -17,7 +17,7 @@ CSI_SANITY_VERSION := v5.6.0
 HELM_VERSION       := v4.3.1
 HELM               := $(TOOLS)/helm-$(HELM_VERSION)/helm
 
-.PHONY: helm test-chart help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: images push helm test-chart help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -47,6 +47,12 @@ cluster-bins: ## build etcd and Kubernetes v1.37.2 from the module proxy into ~/
 
 cluster-sidecars: ## build the kubernetes-csi sidecars (provisioner, resizer, snapshotter, snapshot-controller) and copy the snapshot CRDs into ~/.cache/ferry
 	tests/cluster/sidecars/build.sh
+
+images: ## write Ferry's and the sidecars' images for $(VERSION), linux/amd64 and linux/arm64, as OCI archives in ~/.cache/ferry/images (REGISTRY=ghcr.io/ferry-csi PLATFORMS=... OUT=...)
+	VERSION=$(VERSION) deploy/images/build.sh
+
+push: ## write the images and push them: make push REGISTRY=registry.example.com/you (credentials from docker login)
+	VERSION=$(VERSION) PUSH=1 deploy/images/build.sh
 
 cluster-images: build ## write the pause, ferry and test images and import them into every node
 	tests/cluster/images.sh

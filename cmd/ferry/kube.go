@@ -62,7 +62,7 @@ type kubeAPI struct {
 
 // newKubeAPI builds the process's client set, its user agent naming the
 // mode, and loads the replica template once.
-func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, mode string) (*kubeAPI, error) {
+func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, hostRoot, mode string) (*kubeAPI, error) {
 	if o.ClusterState != "kubernetes" {
 		return nil, nil
 	}
@@ -85,6 +85,7 @@ func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, mode string) 
 			return nil, err
 		}
 		tpl.AllowedLag = lag // the volume managers count the lag the survivors do
+		tpl.HostRoot = hostRoot // and run the host's zfs where the daemon does
 		if mode == "daemon" {
 			tpl = followDaemon(kube, tpl)
 		}

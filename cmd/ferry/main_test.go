@@ -117,24 +117,24 @@ func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T
 		t.Fatal(err)
 	}
 	o := KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}
-	api, err := newKubeAPI(o, "", 0, "volume-manager")
+	api, err := newKubeAPI(o, "", 0, "", "volume-manager")
 	if err != nil || api == nil {
 		t.Fatalf("with a kubeconfig: %v", err)
 	}
 	if s, err := clusterState(o, api); err != nil || s == nil {
 		t.Fatalf("the state store on the client set: %v", err)
 	}
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "", 0, "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "", 0, "", "volume-manager"); err == nil {
 		t.Fatal("a missing kubeconfig was accepted")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes"}, "", 0, "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes"}, "", 0, "", "volume-manager"); err == nil {
 		t.Fatal("no kubeconfig outside a pod was accepted")
 	}
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}, dir+"/missing.yaml", 1, "daemon"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}, dir+"/missing.yaml", 1, "", "daemon"); err == nil {
 		t.Fatal("a missing replica template was accepted")
 	}
-	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", 0, "volume-manager"); err != nil || api != nil {
+	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", 0, "", "volume-manager"); err != nil || api != nil {
 		t.Fatalf("a file cluster state built a Kubernetes client: %v, %v", api, err)
 	}
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Deploys Ferry on the running local cluster from deploy/ through the
-# overlay tests/cluster/overlay: builds and imports the images (ferry:dev and
+# overlay tests/cluster/overlay: builds and imports the images (ghcr.io/ferry-csi/ferry:dev and
 # the sidecars), applies the VolumeSnapshot CRDs and the overlay, and waits
 # until every node's kubelet has registered the driver and the snapshot
 # controller runs. Idempotent: run it again after changing the code.
@@ -35,7 +35,7 @@ mkdir -p "$STATE/fence" "$STATE/fence-log"
 # install replaces the file (a new inode): a fence running the old one is unaffected.
 cmp -s "$busybox_bin" "$STATE/fence/busybox" || install -m 0755 "$busybox_bin" "$STATE/fence/busybox"
 k apply -k "$repo/tests/cluster/overlay" >/dev/null
-# A rebuilt ferry:dev has the same tag: restart the pods to run it.
+# A rebuilt ferry image has the same tag (dev): restart the pods to run it.
 k -n ferry-system rollout restart daemonset/ferry-node deployment/ferry-snapshot-controller deployment/ferry-signer >/dev/null
 k -n ferry-system rollout status daemonset/ferry-node --timeout=180s
 k -n ferry-system rollout status deployment/ferry-snapshot-controller --timeout=120s

@@ -28,7 +28,7 @@ ETCD_CLIENT_PORT="${FERRY_E2E_ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${FERRY_E2E_ETCD_PEER_PORT:-23800}"
 POOL_SIZE="${FERRY_E2E_POOL_SIZE:-8G}" # sparse; room for the e2e suite's 1Gi volumes
 KUBECONFIG_FILE="$STATE/kubeconfig"
-TOOLS="$FERRY_CACHE/cluster-tools" # imagetar, certgen, pause
+TOOLS="$FERRY_CACHE/cluster-tools" # certgen, pause, peercert
 IMAGES="$FERRY_CACHE/cluster-images"
 
 BIN="$FERRY_K8S_BIN"

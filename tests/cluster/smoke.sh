@@ -4,7 +4,7 @@
 #  - kubectl exec and kubectl logs on every one (the apiserver reaches each
 #    kubelet in its namespace), a pod reaching the apiserver's address and a
 #    pod on another node;
-#  - ferry:dev runs, and its zpool reaches the host's zfs daemon;
+#  - the ferry image runs, and its zpool runs the host's;
 #  - a ReplicaSet of 3 with required pod anti-affinity on 3 distinct nodes;
 #  - everything deleted again.
 set -euo pipefail
@@ -82,8 +82,8 @@ pass "pods reach the apiserver ($APISERVER_IP:$APISERVER_PORT, and as the kubern
 kubectl -n "$ns" delete pod --all --wait=true --timeout=60s >/dev/null || fail "pods were not deleted"
 pass "pods deleted"
 
-# The ferry image: its binary runs, and its zfs CLI drives the host's pools
-# through the daemon's socket directory.
+# The ferry image: its binary runs, and its zpool (a link to ferry) runs
+# the host's own zpool in the host's root, mounted as deploy/ mounts it.
 kubectl -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -94,25 +94,27 @@ spec:
   restartPolicy: Never
   initContainers:
   - name: ferry
-    image: ferry:dev
+    image: ghcr.io/ferry-csi/ferry:dev
     imagePullPolicy: Never
     args: [version]
   containers:
   - name: zpool
-    image: ferry:dev
+    image: ghcr.io/ferry-csi/ferry:dev
     imagePullPolicy: Never
-    command: [/usr/sbin/zpool, list, -H, -o, name, $(node_pool node1)]
+    command: [zpool, list, -H, -o, name, $(node_pool node1)]
+    env: [{name: FERRY_HOST_ROOT, value: /host}]
+    securityContext: {privileged: true}
     volumeMounts:
-    - {name: zfs-socket, mountPath: /var/run/zfs}
+    - {name: host-root, mountPath: /host, readOnly: true, mountPropagation: HostToContainer}
   volumes:
-  - name: zfs-socket
-    hostPath: {path: /var/run/zfs, type: Directory}
+  - name: host-root
+    hostPath: {path: /, type: Directory}
 EOF
 kubectl -n "$ns" wait --for=jsonpath='{.status.phase}'=Succeeded pod/smoke-ferry-image --timeout=60s >/dev/null ||
   fail "the ferry image's pod did not succeed: $(kubectl -n "$ns" logs smoke-ferry-image --all-containers 2>&1)"
 out="$(kubectl -n "$ns" logs smoke-ferry-image -c zpool)"
 [ "$out" = "$(node_pool node1)" ] || fail "zpool in the ferry image said: $out"
-pass "ferry:dev runs ferry, and its zpool sees the node's pool $(node_pool node1) through /var/run/zfs"
+pass "the ferry image runs ferry, and its zpool runs the host's, which sees the node's pool $(node_pool node1)"
 kubectl -n "$ns" delete pod smoke-ferry-image --wait=true --timeout=60s >/dev/null
 
 kubectl -n "$ns" apply -f - >/dev/null <<EOF

@@ -28,9 +28,9 @@ done
 mkdir -p "$STATE" "$RUN" "$LOGS" "$NODES_DIR" "$STATE/pools" "$STATE/zfs"
 chmod 700 "$STATE"
 
-# --- tools (certgen, imagetar, pause) from this repo -----------------------
+# --- tools (certgen, pause) from this repo --------------------------------
 mkdir -p "$TOOLS"
-(cd "$repo" && CGO_ENABLED=0 nice -n 15 go build -o "$TOOLS/" ./tests/cluster/certgen ./tests/cluster/imagetar ./tests/cluster/pause)
+(cd "$repo" && CGO_ENABLED=0 nice -n 15 go build -o "$TOOLS/" ./tests/cluster/certgen ./tests/cluster/pause)
 
 # --- certificates and kubeconfigs -----------------------------------------
 node_args=()
@@ -121,6 +121,17 @@ for d in "$NODES_DIR" "$STATE/zfs"; do
   fi
   mount --make-rshared "$d"
 done
+
+# --- the host's root, which the Ferry pods mount at /host -------------------
+# (deploy/: read-only, HostToContainer, so that a mount the host drops is
+# dropped in the pods too). containerd wants its source shared or a slave,
+# as systemd makes /; a machine whose / is private (a container's, as here)
+# gets / shared, alone (not its submounts), and down.sh makes it private
+# again.
+if [ "$(findmnt -no PROPAGATION /)" = private ]; then
+  mount --make-shared /
+  touch "$STATE/made-root-shared"
+fi
 
 # --- zfs pools, one per node ----------------------------------------------
 for n in $(node_names); do

@@ -83,6 +83,13 @@ type Template struct {
 	// manager (--allowed-lag) so that a copy's readiness and a takeover
 	// count the same lag: one source, never in Args.
 	AllowedLag uint64 `json:"-"`
+	// HostRoot is the daemon's --host-root, given to every volume manager
+	// as $FERRY_HOST_ROOT (its zfs and zpool run the host's in it): an
+	// environment variable, not a flag, so that a volume manager of an
+	// earlier release (a rollback renews the pods in place) ignores it
+	// and runs its image's own tools. The host root's volume is the
+	// template's. One source, never in Args.
+	HostRoot string `json:"-"`
 	// Daemon is the node DaemonSet whose daemon applies the template
 	// (FollowDaemon): its replica pods run the daemon's own image, and it
 	// rolls them to it while it is the DaemonSet's current one. Empty: the
@@ -96,7 +103,7 @@ type DaemonRef struct{ Namespace, DaemonSet, Container string }
 // settingsOwnedElsewhere are volume-manager flags whose value has one
 // source other than the template: the daemon's own flag, or the volume's
 // spec.
-var settingsOwnedElsewhere = []string{"--allowed-lag", "--snapshot-interval"}
+var settingsOwnedElsewhere = []string{"--allowed-lag", "--snapshot-interval", "--host-root"}
 
 // LoadTemplate reads a Template from YAML, strictly (an unknown key is
 // an error, not a silently missing mount).
@@ -373,10 +380,7 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 						Image:           a.tpl.Image,
 						ImagePullPolicy: a.tpl.ImagePullPolicy,
 						Args:            args,
-						Env: []corev1.EnvVar{
-							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-						},
+						Env: a.env(),
 						ReadinessProbe: &corev1.Probe{
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(ProbePort)}},
 							PeriodSeconds: 5, FailureThreshold: 1,
@@ -525,3 +529,20 @@ func volumeController(p *corev1.Pod) bool {
 	}
 	return false
 }
+
+// env is the volume manager's environment: its node, its namespace and,
+// with the daemon's --host-root, where the host's root is mounted.
+func (a *Applier) env() []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	if a.tpl.HostRoot != "" {
+		env = append(env, corev1.EnvVar{Name: EnvHostRoot, Value: a.tpl.HostRoot})
+	}
+	return env
+}
+
+// EnvHostRoot names the host's root to a volume manager's zfs and zpool
+// (cmd/ferry/hosttool.go).
+const EnvHostRoot = "FERRY_HOST_ROOT"

@@ -148,3 +148,35 @@ func TestTheAllowedLagHasOneSourceTheDaemons(t *testing.T) {
 		t.Errorf("a template with an unrelated flag: %v", err)
 	}
 }
+
+// The volume managers run the host's zfs where the daemon does: the
+// daemon's --host-root reaches every replica pod as $FERRY_HOST_ROOT (an
+// environment variable, which a volume manager of an earlier release,
+// renewed in place by a rollback, ignores), none without it, and a
+// template that sets --host-root itself is refused.
+func TestTheHostRootIsTheDaemons(t *testing.T) {
+	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "u"}
+	hostRoot := func(tp Template) (string, bool) {
+		for _, e := range New(fake.NewClientset(), nil, tp).ReplicaSet(owner, placement.Objects{Secondaries: 1}, "").Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "FERRY_HOST_ROOT" {
+				return e.Value, true
+			}
+		}
+		return "", false
+	}
+	if v, ok := hostRoot(tpl); ok {
+		t.Errorf("FERRY_HOST_ROOT=%q in a pod of a daemon without --host-root", v)
+	}
+	with := tpl
+	with.HostRoot = "/host"
+	if v, ok := hostRoot(with); !ok || v != "/host" {
+		t.Errorf("FERRY_HOST_ROOT = %q (%v), want the daemon's /host", v, ok)
+	}
+	path := filepath.Join(t.TempDir(), "tpl.yaml")
+	if err := os.WriteFile(path, []byte("namespace: ferry-system\nimage: ferry:dev\nserviceAccount: ferry-replica\nargs: ['--pool=ferry', '--host-root=/x']\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTemplate(path); err == nil || !strings.Contains(err.Error(), "must not set") {
+		t.Errorf("a template setting --host-root: %v", err)
+	}
+}
