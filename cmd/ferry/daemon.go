@@ -131,7 +131,9 @@ func acquireNodeLock(o *Options) (*daemonlock.Lock, error) {
 // and its claim).
 func daemonKubeModule(o *Options) fx.Option {
 	return fx.Module("kubernetes", fx.Provide(
-		func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, o.HostRoot, "daemon") },
+		func() (*kubeAPI, error) {
+			return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, o.HostRoot, "daemon")
+		},
 		func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 			return eventRecorder(lc, o, api, log, true)
 		},

@@ -10,15 +10,16 @@ import (
 	"syscall"
 )
 
-// Ferry's image carries no ZFS userland: the zfs and zpool in it
-// (/usr/local/sbin, on the image's PATH) are links to this binary, which,
-// run by those names, runs the host's own tool of the name inside the
-// host's root, mounted read-only in the pod at $FERRY_HOST_ROOT (the chart
-// and deploy/ mount it at /host). The tools then always match the node's
-// ZFS (the kernel module of OpenZFS, or zfs-fuse's daemon), which a copy in
-// the image cannot (OpenZFS supports no userland of another version than
-// its module). Every zfs and zpool Ferry runs (go-zfs's and its own runner's)
-// finds these links on the PATH.
+// The zfs and zpool in Ferry's image (/usr/local/sbin, first on the
+// image's PATH) are links to this binary, which, run by those names, runs
+// the host's own tool of the name inside the host's root, mounted in the
+// pod at $FERRY_HOST_ROOT (--host-root). The tools then always match the
+// node's ZFS (the kernel module of OpenZFS, or zfs-fuse's daemon), which a
+// copy in the image cannot (OpenZFS supports no userland of another
+// version than its module). Every zfs and zpool Ferry runs (go-zfs's and
+// its own runner's) finds these links on the PATH. Without a host root
+// they run the image's own copy (/usr/sbin), where the image has one:
+// deploy/ mounts no host root yet (README, "Images").
 const (
 	hostRootEnv = "FERRY_HOST_ROOT"
 	// hostToolEnv marks the host's tool's environment: a host root that
@@ -121,9 +122,8 @@ func runHostTool(name string, args []string, stderr io.Writer) int {
 	root := os.Getenv(hostRootEnv)
 	if root == "" {
 		// No host root: the image's own copy of the tool, where this
-		// image has one (the linux/amd64 image still carries the build
-		// machine's, for deployments without --host-root: deploy/ today,
-		// and replica pods of that shape renewed in place to this image).
+		// image has one (the linux/amd64 image carries the build
+		// machine's, for deployments without --host-root: deploy/ today).
 		if bin := imageTool(name); bin != "" {
 			err := syscall.Exec(bin, append([]string{name}, args...), os.Environ())
 			fmt.Fprintf(stderr, "%s (ferry): run the image's %s: %v\n", name, bin, err)

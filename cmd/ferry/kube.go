@@ -84,7 +84,7 @@ func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, hostRoot, mod
 		if err != nil {
 			return nil, err
 		}
-		tpl.AllowedLag = lag // the volume managers count the lag the survivors do
+		tpl.AllowedLag = lag    // the volume managers count the lag the survivors do
 		tpl.HostRoot = hostRoot // and run the host's zfs where the daemon does
 		if mode == "daemon" {
 			tpl = followDaemon(kube, tpl)

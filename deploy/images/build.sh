@@ -50,11 +50,11 @@ for arch in "${arches[@]}"; do
     -ldflags "-X main.version=$version" -o "$stage/linux-$arch/ferry" ./cmd/ferry)
 done
 # The build machine's zfs and zpool, into its own platform's image only,
-# while deployments run without --host-root (IMAGE_ZFS=none leaves them
-# out): the image's links run them when no host root is mounted
-# (hosttool.go). They go once every replica pod has the host's root.
+# while deploy/ runs without --host-root (IMAGE_ZFS=none leaves them out):
+# the image's links run them when no host root is given (hosttool.go).
 own_zfs=()
-if [ "${IMAGE_ZFS:-host}" = host ] && [ -x /usr/sbin/zfs ] && [ -x /usr/sbin/zpool ]; then
+if [ "${IMAGE_ZFS:-host}" = host ] && [ -x /usr/sbin/zfs ] && [ -x /usr/sbin/zpool ] &&
+  [[ " $platforms " == *" linux/$(go env GOARCH) "* ]]; then
   own_zfs=(-ldd /usr/sbin/zfs -ldd /usr/sbin/zpool -dir /var/run/zfs -symlink /etc/mtab=/proc/self/mounts)
 fi
 "$tool" -ref "$registry/ferry:$version" "${tags[@]}" "${plat_args[@]}" "${push[@]}" -o "$out/ferry.tar" \

@@ -274,6 +274,9 @@ func sharedLibs(bin string) ([]string, error) {
 	}
 	var libs []string
 	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "not found") {
+			return nil, fmt.Errorf("ldd %s: %s", bin, strings.TrimSpace(line))
+		}
 		if m := lddPath.FindStringSubmatch(line); m != nil {
 			libs = append(libs, m[1])
 		}
@@ -322,7 +325,12 @@ func layerTar(entries map[string]entry) ([]byte, error) {
 			if body, err = os.ReadFile(e.src); err != nil {
 				return nil, err
 			}
-			h.Typeflag, h.Mode, h.Size = tar.TypeReg, int64(st.Mode().Perm()&fs.ModePerm), int64(len(body))
+			// The mode is 0755 or 0644, not the build machine's umask's.
+			mode := int64(0o644)
+			if st.Mode().Perm()&0o111 != 0 {
+				mode = 0o755
+			}
+			h.Typeflag, h.Mode, h.Size = tar.TypeReg, mode, int64(len(body))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err

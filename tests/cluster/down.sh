@@ -16,8 +16,6 @@ problem() { log "WARNING: $*"; problems=$((problems + 1)); }
 
 owns_var_lib_kubelet=0
 [ -f "$STATE/created-var-lib-kubelet" ] && owns_var_lib_kubelet=1
-made_root_shared=0
-[ -f "$STATE/made-root-shared" ] && made_root_shared=1
 
 if [ -n "${FERRY_E2E_KEEP_LOGS:-}" ] && [ -d "$LOGS" ]; then
   mkdir -p "$FERRY_E2E_KEEP_LOGS" && cp -r "$LOGS/." "$FERRY_E2E_KEEP_LOGS/" && log "logs kept in $FERRY_E2E_KEEP_LOGS"
@@ -171,9 +169,6 @@ if [ -d /run/netns ] && [ -z "$(ls -A /run/netns)" ]; then
   mountpoint -q /run/netns && umount /run/netns
   rmdir /run/netns
 fi
-
-# up.sh made / shared (it was private): private again.
-((made_root_shared)) && mount --make-private /
 
 if ((problems > 0)); then
   log "down with $problems problem(s) in $((SECONDS - t0)) s"

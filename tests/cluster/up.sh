@@ -122,17 +122,6 @@ for d in "$NODES_DIR" "$STATE/zfs"; do
   mount --make-rshared "$d"
 done
 
-# --- the host's root, which the Ferry pods mount at /host -------------------
-# (deploy/: read-only, HostToContainer, so that a mount the host drops is
-# dropped in the pods too). containerd wants its source shared or a slave,
-# as systemd makes /; a machine whose / is private (a container's, as here)
-# gets / shared, alone (not its submounts), and down.sh makes it private
-# again.
-if [ "$(findmnt -no PROPAGATION /)" = private ]; then
-  mount --make-shared /
-  touch "$STATE/made-root-shared"
-fi
-
 # --- zfs pools, one per node ----------------------------------------------
 for n in $(node_names); do
   pool="$(node_pool "$n")" img="$STATE/pools/$(node_pool "$n").img"
