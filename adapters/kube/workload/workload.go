@@ -380,7 +380,7 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 						Image:           a.tpl.Image,
 						ImagePullPolicy: a.tpl.ImagePullPolicy,
 						Args:            args,
-						Env: a.env(),
+						Env:             a.env(),
 						ReadinessProbe: &corev1.Probe{
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(ProbePort)}},
 							PeriodSeconds: 5, FailureThreshold: 1,
