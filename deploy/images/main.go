@@ -369,7 +369,7 @@ func writeArchive(out string, s spec, idx v1.ImageIndex) error {
 	}
 	for _, r := range refs(s) {
 		if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-			"io.containerd.image.name":          r.Name(),
+			"io.containerd.image.name":          containerdName(r),
 			"org.opencontainers.image.ref.name": r.TagStr(),
 		})); err != nil {
 			return err
@@ -422,4 +422,15 @@ func pushIndex(s spec, idx v1.ImageIndex) error {
 		log.Printf("images: pushed %s", r)
 	}
 	return nil
+}
+
+// containerdName is the name containerd gives a reference: Docker Hub's
+// registry as docker.io (go-containerregistry says index.docker.io), so
+// that a pod's "busybox:1" finds "docker.io/library/busybox:1".
+func containerdName(r name.Tag) string {
+	n := r.Name()
+	if rest, ok := strings.CutPrefix(n, name.DefaultRegistry+"/"); ok {
+		return "docker.io/" + rest
+	}
+	return n
 }
