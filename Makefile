@@ -33,6 +33,7 @@ lint-layers: ## check that dependencies point inward (domain is pure)
 
 vet: ## go vet and gofmt
 	go vet ./...
+	cd deploy/images && go vet ./...
 	@unformatted=$$(find . -name '*.go' -not -path './bin/*' | xargs gofmt -l); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
@@ -87,6 +88,7 @@ e2e-k8s-suite: ## run the External Storage suite against Ferry on the running cl
 unit: ## unit, contract (memstore and real ZFS) and app tests (on a fresh zfs-fuse when it serves no pool)
 	ZFS_UP_FRESH=1 tests/scripts/zfs-up.sh
 	$(GOTEST) -count=1 ./...
+	cd deploy/images && $(GOTEST) -count=1 ./...
 
 $(HELM):
 	GOBIN=$(dir $(HELM)) nice -n 10 go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)

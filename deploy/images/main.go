@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"debug/elf"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,6 +106,9 @@ func main() {
 		log.Fatal("images: -ref, -o or -push, and -entrypoint or -cmd are required")
 	}
 	ref, err := name.NewTag(refFlag, name.StrictValidation)
+	if host, _, ok := strings.Cut(refFlag, "/"); err == nil && (!ok || !strings.ContainsAny(host, ".:") && host != "localhost") {
+		err = errors.New("no registry") // qualified names only: where a node pulls from is never a guess
+	}
 	if err != nil {
 		log.Fatalf("images: -ref %q: %v (give registry/repository:tag)", refFlag, err)
 	}
