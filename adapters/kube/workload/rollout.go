@@ -47,8 +47,29 @@ func FollowDaemon(ctx context.Context, client kubernetes.Interface, t Template, 
 		return t, fmt.Errorf("the daemon's pod %s/%s is not a DaemonSet's", ns, pod)
 	}
 	t.Image = image
-	t.Daemon = DaemonRef{Namespace: ns, DaemonSet: owner.Name, Container: container}
+	t.Daemon = DaemonRef{Namespace: ns, DaemonSet: owner.Name, Container: container, Pod: pod}
 	return t, nil
+}
+
+// daemonImageID is the image ID the daemon's own container runs (its
+// status's imageID; "" until the kubelet reported it, or when the pod
+// cannot be read): a replica pod whose container runs the same ID runs the
+// daemon's image, whatever name the runtime reports for it.
+func (a *Applier) daemonImageID(ctx context.Context) string {
+	d := a.tpl.Daemon
+	if d.Pod == "" {
+		return ""
+	}
+	p, err := a.client.CoreV1().Pods(d.Namespace).Get(ctx, d.Pod, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == d.Container && cs.State.Running != nil {
+			return cs.ImageID
+		}
+	}
+	return ""
 }
 
 // Current implements ports.ReplicaRollout: the DaemonSet's template names
@@ -97,9 +118,10 @@ func (a *Applier) RolloutPods(ctx context.Context, id volume.ID) ([]placement.Ro
 	if err != nil {
 		return nil, fmt.Errorf("replica pods of volume %s: %w", id, err)
 	}
+	self := a.daemonImageID(ctx)
 	out := make([]placement.RollPod, 0, len(pods.Items))
 	for _, p := range pods.Items {
-		renewed, runs := image(p.Spec) == a.tpl.Image, running(p, a.tpl.Image)
+		renewed, runs := image(p.Spec) == a.tpl.Image, running(p, a.tpl.Image, self)
 		out = append(out, placement.RollPod{
 			Name:        p.Name,
 			Node:        replica.Node(p.Spec.NodeName),
@@ -154,11 +176,15 @@ func image(s corev1.PodSpec) string {
 // running reports whether the pod's volume-manager container runs img
 // (its status names the image the kubelet started; until the restart
 // after a renewal it still names the old one, so that the roll waits for
-// the restart, not only for the patch).
-func running(p corev1.Pod, img string) bool {
+// the restart, not only for the patch). The status's name is one of the
+// names the runtime holds for the image (containerd reports the first):
+// an image tagged twice (v0.2.0 and dev) may be reported by the other
+// name, so a container running the image ID of the daemon's own
+// container (imageID, "" when unknown) runs img too.
+func running(p corev1.Pod, img, imageID string) bool {
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name == containerName {
-			return cs.State.Running != nil && shortImage(cs.Image) == shortImage(img)
+			return cs.State.Running != nil && (shortImage(cs.Image) == shortImage(img) || imageID != "" && cs.ImageID == imageID)
 		}
 	}
 	return false

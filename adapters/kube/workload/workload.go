@@ -98,7 +98,7 @@ type Template struct {
 }
 
 // DaemonRef names the node DaemonSet and its container running ferry.
-type DaemonRef struct{ Namespace, DaemonSet, Container string }
+type DaemonRef struct{ Namespace, DaemonSet, Container, Pod string }
 
 // settingsOwnedElsewhere are volume-manager flags whose value has one
 // source other than the template: the daemon's own flag, or the volume's
