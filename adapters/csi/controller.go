@@ -34,6 +34,9 @@ var controllerCaps = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	// SINGLE_NODE_SINGLE_WRITER and _MULTI_WRITER are understood: a
+	// ReadWriteOncePod claim is published read/write at one target only.
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 }
 
 func (c *Controller) ControllerGetCapabilities(ctx context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {

@@ -127,6 +127,15 @@ func (n *Service) Publish(ctx context.Context, req Request) error {
 		}
 		return fmt.Errorf("target %s already holds %s (read-only %v): %w", target.Path(), m.Source, m.ReadOnly, refusal.ErrIncompatible)
 	}
+	if req.Capability.Mode == volume.SingleNodeSingleWriter && !readOnly {
+		others, err := n.writableTargets(info, target.Path())
+		if err != nil {
+			return err
+		}
+		if why, refused := volume.SingleWriterRefusal(req.Capability.Mode, readOnly, others); refused {
+			return fmt.Errorf("publish volume %s at %s: %s: %w", id, target.Path(), why, refusal.ErrPrecondition)
+		}
+	}
 	encrypted, loaded, err := n.loadKey(ctx, id, info, req.Secrets, log)
 	if err != nil {
 		return err
@@ -267,6 +276,29 @@ func (n *Service) releaseIfLast(ctx context.Context, id volume.ID, info ports.Vo
 		}
 	}
 	return n.release(ctx, id, log)
+}
+
+// writableTargets are the volume's read/write mounts on this node other
+// than its dataset's own mountpoint and target: pods' targets.
+func (n *Service) writableTargets(info ports.VolumeInfo, target string) ([]string, error) {
+	mounts, err := n.mount.MountsOf(info.MountSource)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range mounts {
+		if p == path.Clean(info.MountPath) || p == target {
+			continue
+		}
+		m, ok, err := n.mount.MountAt(p)
+		if err != nil {
+			return nil, err
+		}
+		if ok && !m.ReadOnly {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // volumePath checks a NodeGetVolumeStats / NodeExpandVolume volume_path.

@@ -54,3 +54,16 @@ func (c Capability) Supported() (bool, string) {
 
 // ReadOnly reports whether the mode never writes.
 func (m AccessMode) ReadOnly() bool { return m == SingleNodeReaderOnly || m == MultiNodeReaderOnly }
+
+// SingleWriterRefusal is the rule of SINGLE_NODE_SINGLE_WRITER (a
+// ReadWriteOncePod claim): a read/write publish of that mode is refused
+// while the volume is mounted read/write at another target of the node
+// (writableElsewhere), and says why. Every other mode, and a read-only
+// publish, shares the node's mounts as before (SINGLE_NODE_MULTI_WRITER
+// and SINGLE_NODE_WRITER let pods of one node share the volume).
+func SingleWriterRefusal(mode AccessMode, readOnly bool, writableElsewhere []string) (string, bool) {
+	if mode != SingleNodeSingleWriter || readOnly || len(writableElsewhere) == 0 {
+		return "", false
+	}
+	return "the volume's access mode is single writer (ReadWriteOncePod) and it is already published read/write at " + writableElsewhere[0], true
+}
