@@ -72,8 +72,24 @@ func slowPull(t *testing.T, manifests string, d time.Duration) string {
 // replicaImages are the images of the volume's replica pods, as run.
 func replicaImages(t *testing.T, vol string) []string {
 	out, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume="+volumeLabel(vol), "-o",
-		`jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}={.status.containerStatuses[0].image}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		`jsonpath={range .items[*]}{.metadata.name}={.spec.containers[0].image}={.status.containerStatuses[0].image}={.status.conditions[?(@.type=="Ready")].status}={.status.containerStatuses[0].imageID}{"\n"}{end}`)
 	return strings.Fields(out)
+}
+
+// daemonImageIDs are the image IDs the node daemons' ferry containers run
+// when their spec names image: a replica pod running one of them runs
+// image, whichever of the image's names its status reports (containerd
+// reports the first of an image tagged twice, e.g. a version and dev).
+func daemonImageIDs(t *testing.T, image string) map[string]bool {
+	out, _ := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "-o",
+		`jsonpath={range .items[*]}{.spec.containers[0].image}={.status.containerStatuses[?(@.name=="ferry")].imageID}{"\n"}{end}`)
+	ids := map[string]bool{}
+	for _, l := range strings.Fields(out) {
+		if img, id, ok := strings.Cut(l, "="); ok && img == image && id != "" {
+			ids[id] = true
+		}
+	}
+	return ids
 }
 
 // The upgrade (README: Upgrade): Ferry installed at an earlier commit
@@ -127,10 +143,10 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	start := time.Now()
 	install(t, "../../..", "", 15*time.Second)
 	eventually(t, "every replica pod of the volume running "+to, 600*time.Second, func() (bool, string) {
-		imgs := replicaImages(t, vol)
+		imgs, ids := replicaImages(t, vol), daemonImageIDs(t, to)
 		for _, i := range imgs {
 			f := strings.Split(i, "=")
-			if len(f) != 4 || f[1] != to || strings.TrimPrefix(strings.TrimPrefix(f[2], "docker.io/"), "library/") != to || f[3] != "True" {
+			if len(f) != 5 || f[1] != to || strings.TrimPrefix(strings.TrimPrefix(f[2], "docker.io/"), "library/") != to && !ids[f[4]] || f[3] != "True" {
 				return false, strings.Join(imgs, " ")
 			}
 		}
