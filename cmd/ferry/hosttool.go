@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The zfs and zpool in Ferry's image (/usr/local/sbin, first on the
@@ -85,6 +87,16 @@ func checkHostRoot(name, root string, env []string) error {
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("%s=%s is not a directory", hostRootEnv, root)
+	}
+	// A mount point: an empty directory (the image's own /host, a pod
+	// whose template lost the host root's volume) would answer "no zfs
+	// here" to every command instead of saying what is wrong.
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, root, 0, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return fmt.Errorf("%s: %w", hostRootEnv, err)
+	}
+	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return fmt.Errorf("%s=%s is not a mount point: mount the host's / there (read-only)", hostRootEnv, root)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets a test run this test binary as the image's zfs link (the
@@ -52,8 +54,11 @@ func TestAHostRootThatIsNotOneIsRefused(t *testing.T) {
 			t.Errorf("checkHostRoot(%q, %v) = %v, want an error with %q", c.root, c.env, err, c.want)
 		}
 	}
-	if err := checkHostRoot("zfs", dir, []string{"PATH=/bin"}); err != nil {
-		t.Errorf("a directory: %v", err)
+	if err := checkHostRoot("zfs", dir, []string{"PATH=/bin"}); err == nil || !strings.Contains(err.Error(), "not a mount point") {
+		t.Errorf("a directory that is no mount point: %v", err)
+	}
+	if err := checkHostRoot("zfs", "/", []string{"PATH=/bin"}); err != nil {
+		t.Errorf("/, a mount point: %v", err)
 	}
 }
 
@@ -84,6 +89,11 @@ func TestTheHostsToolRunsInTheHostsRoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "etc/only-here"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The host's root is a mount point, as a pod's hostPath mount is.
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
 	script := "#!/bin/busybox sh\necho \"args:$*\"; echo \"cwd:$(/bin/busybox pwd)\"; echo \"$PATH\"; /bin/busybox cat /etc/only-here; echo err >&2; exit 3\n"
 	if err := os.WriteFile(filepath.Join(root, "usr/sbin/zfs"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
