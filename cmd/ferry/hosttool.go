@@ -12,16 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The zfs and zpool in Ferry's image (/usr/local/sbin, first on the
-// image's PATH) are links to this binary, which, run by those names, runs
-// the host's own tool of the name inside the host's root, mounted in the
-// pod at $FERRY_HOST_ROOT (--host-root). The tools then always match the
-// node's ZFS (the kernel module of OpenZFS, or zfs-fuse's daemon), which a
-// copy in the image cannot (OpenZFS supports no userland of another
-// version than its module). Every zfs and zpool Ferry runs (go-zfs's and
-// its own runner's) finds these links on the PATH. Without a host root
-// they run the image's own copy (/usr/sbin), where the image has one:
-// deploy/ mounts no host root yet (README, "Images").
+// Run as zfs or zpool (a link to this binary), ferry runs the host's own
+// tool of the name inside the host's root, mounted in the pod at
+// $FERRY_HOST_ROOT (--host-root). The tools then always match the node's
+// ZFS (the kernel module of OpenZFS, or zfs-fuse's daemon), which a copy
+// in the image cannot (OpenZFS supports no userland of another version
+// than its module). Without a host root it runs the image's own copy
+// (/usr/sbin), where the image has one. Ferry's image has no such links
+// yet (README, "Images"): every call through one starts this binary,
+// about 70 ms, which slowed replication enough to lose races.
 const (
 	hostRootEnv = "FERRY_HOST_ROOT"
 	// hostToolEnv marks the host's tool's environment: a host root that

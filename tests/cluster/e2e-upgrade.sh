@@ -22,15 +22,11 @@ fi
 mkdir -p "$TOOLS" "$IMAGES"
 tool="$FERRY_CACHE/tools/images"
 (mkdir -p "$(dirname "$tool")" && cd "$repo/deploy/images" && CGO_ENABLED=0 go build -o "$tool" .)
-# The earlier commit's image as that commit made it: with the build
-# machine's zfs and zpool (until the image's links that run the host's,
-# cmd/ferry/hosttool.go, which it gets when it has them).
+# The earlier commit's image as deploy/images/build.sh makes it: with the
+# build machine's zfs and zpool.
 ferry_args=(-file "$src/bin/ferry=/usr/local/bin/ferry")
 if ldd "$src/bin/ferry" >/dev/null 2>&1; then
   ferry_args=(-ldd "$src/bin/ferry=/usr/local/bin/ferry")
-fi
-if [ -f "$src/cmd/ferry/hosttool.go" ]; then
-  ferry_args+=(-symlink /usr/local/sbin/zfs=/usr/local/bin/ferry -symlink /usr/local/sbin/zpool=/usr/local/bin/ferry -dir /host)
 fi
 image="ghcr.io/ferry-csi/ferry:$rev"
 "$tool" -o "$IMAGES/ferry-$rev.tar" -ref "$image" \

@@ -82,8 +82,7 @@ pass "pods reach the apiserver ($APISERVER_IP:$APISERVER_PORT, and as the kubern
 kubectl -n "$ns" delete pod --all --wait=true --timeout=60s >/dev/null || fail "pods were not deleted"
 pass "pods deleted"
 
-# The ferry image: its binary runs, and its zpool (a link to ferry) runs
-# the image's own copy (no host root given), which reaches the host's zfs
+# The ferry image: its binary runs, and its zpool reaches the host's zfs
 # daemon through the socket directory.
 kubectl -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: v1
