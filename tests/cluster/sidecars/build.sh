@@ -36,51 +36,42 @@ for s in "${sidecars[@]}"; do
   read -r name module version pkg <<<"$s"
   bin="$out/$name-$version"
   src="$out/src/$name-$version"
+  if [ -x "$bin" ] && [ -f "$src/go.mod" ]; then
+    log "$name $version: cached"
+  else
+    log "building $name $version ..."
+    start=$SECONDS
+    rm -rf "$src" && mkdir -p "$src"
+    modfile="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+    [ -f "$modfile" ] || { log "no go.mod for $module@$version"; exit 1; }
+    goline="$(grep -m1 '^go ' "$modfile")"
+    {
+      echo "module ferry.local/sidecar/$name"
+      echo
+      echo "$goline"
+      echo
+      echo "require $module $version"
+      # replace lines, single or in a block, except local paths
+      awk '
+        /^replace \(/ { inblock=1; next }
+        inblock && /^\)/ { inblock=0; next }
+        inblock { if ($0 !~ /=>[[:space:]]*\.\.?\//) print "replace " $0; next }
+        /^replace / { if ($0 !~ /=>[[:space:]]*\.\.?\//) print }
+      ' "$modfile"
+    } >"$src/go.mod"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s/%s"\n' "$module" "$pkg" >"$src/tools.go"
+    (cd "$src" && go mod tidy >/dev/null && CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin.tmp" "$module/$pkg")
+    mv "$bin.tmp" "$bin"
+    rm -f "$bin"-linux-* # built from the module made above, below
+    log "$name built in $((SECONDS - start)) s"
+  fi
   for arch in $arches; do
-    [ "$arch" = "$host_arch" ] && continue
     abin="$bin-linux-$arch"
-    [ -x "$abin" ] && continue
-    [ -f "$src/go.mod" ] && [ -x "$bin" ] || { rm -f "$bin"; break; } # the module is made below, with the host's build
+    [ "$arch" = "$host_arch" ] || [ -x "$abin" ] && continue
     log "building $name $version for linux/$arch ..."
     start=$SECONDS
     (cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$abin.tmp" "$module/$pkg")
     mv "$abin.tmp" "$abin"
-    log "$name for linux/$arch built in $((SECONDS - start)) s"
-  done
-  if [ -x "$bin" ]; then
-    log "$name $version: cached"
-    continue
-  fi
-  log "building $name $version ..."
-  start=$SECONDS
-  rm -rf "$src" && mkdir -p "$src"
-  modfile="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-  [ -f "$modfile" ] || { log "no go.mod for $module@$version"; exit 1; }
-  goline="$(grep -m1 '^go ' "$modfile")"
-  {
-    echo "module ferry.local/sidecar/$name"
-    echo
-    echo "$goline"
-    echo
-    echo "require $module $version"
-    # replace lines, single or in a block, except local paths
-    awk '
-      /^replace \(/ { inblock=1; next }
-      inblock && /^\)/ { inblock=0; next }
-      inblock { if ($0 !~ /=>[[:space:]]*\.\.?\//) print "replace " $0; next }
-      /^replace / { if ($0 !~ /=>[[:space:]]*\.\.?\//) print }
-    ' "$modfile"
-  } >"$src/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport _ "%s/%s"\n' "$module" "$pkg" >"$src/tools.go"
-  (cd "$src" && go mod tidy >/dev/null && CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin.tmp" "$module/$pkg")
-  mv "$bin.tmp" "$bin"
-  log "$name built in $((SECONDS - start)) s"
-  for arch in $arches; do
-    [ "$arch" = "$host_arch" ] && continue
-    log "building $name $version for linux/$arch ..."
-    start=$SECONDS
-    (cd "$src" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 15 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin-linux-$arch.tmp" "$module/$pkg")
-    mv "$bin-linux-$arch.tmp" "$bin-linux-$arch"
     log "$name for linux/$arch built in $((SECONDS - start)) s"
   done
 done
