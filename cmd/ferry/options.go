@@ -147,7 +147,7 @@ func storeFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Parent, "parent-dataset", "ferry", "dataset under the pool that Ferry owns; volumes are its children")
 	fs.StringVar(&o.ZFSBin, "zfs", "zfs", "path of the zfs command")
 	fs.StringVar(&o.ZpoolBin, "zpool", "zpool", "path of the zpool command")
-	fs.StringVar(&o.HostRoot, "host-root", os.Getenv(hostRootEnv), "where the host's root is mounted (read-only) in this container: zfs and zpool then run the host's own tools there (the image's links, hosttool.go), which match the node's ZFS; empty: run --zfs and --zpool as they are (default $"+hostRootEnv+")")
+	fs.StringVar(&o.HostRoot, "host-root", os.Getenv(hostRootEnv), "where the host's root is mounted (read-only) in this container: a zfs or zpool that is a link to ferry then runs the host's own tool there (hosttool.go; point --zfs and --zpool at such links), which matches the node's ZFS; also given to the volume managers (default $"+hostRootEnv+")")
 	fs.StringVar(&o.MemoryDir, "memory-dir", "/var/tmp/ferry-memory", "directory of the memory store's volumes")
 }
 

@@ -4,8 +4,8 @@
 # node's containerd. Nothing is pulled from anywhere.
 #   ghcr.io/ferry-csi/ferry:dev and the kubernetes-csi sidecars
 #       exactly what `make images` writes (deploy/images/build.sh), for
-#       linux/amd64 and linux/arm64; the ferry image has no ZFS userland
-#       (its zfs and zpool run the host's, cmd/ferry/hosttool.go)
+#       linux/amd64 and linux/arm64; the linux/amd64 ferry image carries
+#       this machine's zfs and zpool (README, "Images")
 #   registry.k8s.io/pause:3.6  the pod sandbox: tests/cluster/pause, static
 #   ferry-test:dev             a static busybox with its applets, for test pods
 # With --build-only, writes the archives and imports nothing.
