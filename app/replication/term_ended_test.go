@@ -65,6 +65,34 @@ func TestAPeerCallToAPrimaryThatStoppedAnsweringEndsWhenTheVolumeIsTakenOver(t *
 type takeoverAfterRead struct {
 	replication.SharedState
 	armed atomic.Bool
+	// delivered tells of each change the watch handed to the volume
+	// manager (its forwarder counts a change as it takes it).
+	delivered chan struct{}
+}
+
+// Watch passes the store's changes on one by one, unbuffered, and tells
+// delivered of each the volume manager took.
+func (s *takeoverAfterRead) Watch(ctx context.Context, id volume.ID) (<-chan struct{}, error) {
+	in, err := s.SharedState.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan struct{})
+	go func() {
+		defer close(out)
+		for range in {
+			select {
+			case out <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case s.delivered <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
 }
 
 func (s *takeoverAfterRead) Get(ctx context.Context, id volume.ID) (replica.State, error) {
@@ -74,6 +102,9 @@ func (s *takeoverAfterRead) Get(ctx context.Context, id volume.ID) (replica.Stat
 	// b's next step is a call to a: it reported itself behind.
 	next := err == nil && a.Active && a.Snapshot > b.Snapshot && !b.Ready
 	if next && s.armed.CompareAndSwap(true, false) {
+		for len(s.delivered) > 0 {
+			<-s.delivered // changes told before the takeover
+		}
 		if _, uerr := s.SharedState.Update(ctx, id, func(s *replica.State) error {
 			if err := replica.Acknowledge(s, "a", s.Epoch, []replica.Node{"b"}); err != nil {
 				return err
@@ -82,10 +113,13 @@ func (s *takeoverAfterRead) Get(ctx context.Context, id volume.ID) (replica.Stat
 		}); uerr != nil {
 			panic(uerr)
 		}
-		// Not a wait for progress: the scenario needs the watch to tell of
-		// the takeover before this read's answer is acted on, a moment the
-		// volume manager does not expose.
-		time.Sleep(50 * time.Millisecond)
+		// The watch tells the volume manager of the takeover before this
+		// read's answer is acted on.
+		select {
+		case <-s.delivered:
+		case <-time.After(10 * time.Second):
+			panic("the watch did not tell the volume manager of the takeover")
+		}
 	}
 	return st, err
 }
@@ -99,7 +133,7 @@ func TestATakeoverJustBeforeAPeerCallStartsStillEndsIt(t *testing.T) {
 	c.log = zap.New(core)
 	c.write("a", "v1")
 	c.start("a")
-	wrapped := &takeoverAfterRead{SharedState: c.state}
+	wrapped := &takeoverAfterRead{SharedState: c.state, delivered: make(chan struct{}, 16)}
 	c.stateOverride = wrapped
 	c.start("b")
 	c.eventually("b holds v1 and reported it", func() bool { return c.reportedHolding("b", "v1") })

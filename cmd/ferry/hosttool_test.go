@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -66,25 +67,16 @@ func TestTheHostsToolRunsInTheHostsRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("chroot needs root (CI runs the unit tests as root)")
 	}
-	busybox, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("no busybox on this machine")
-	}
-	// A host root whose zfs is a script for its own static busybox: it
-	// prints its arguments, its working directory, its PATH and a file
-	// only the host's root has.
+	// A host root whose zfs is a static program of its own: it prints
+	// its arguments, its working directory, its PATH and a file only the
+	// host's root has (or that it has none), says "err" on stderr and
+	// exits 3.
+	tool := fakeTool(t)
 	root := t.TempDir()
-	for _, d := range []string{"bin", "usr/sbin", "etc"} {
+	for _, d := range []string{"usr/sbin", "etc"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	body, err := os.ReadFile(busybox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), body, 0o755); err != nil {
-		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc/only-here"), []byte("host\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -94,8 +86,7 @@ func TestTheHostsToolRunsInTheHostsRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	script := "#!/bin/busybox sh\necho \"args:$*\"; echo \"cwd:$(/bin/busybox pwd)\"; echo \"$PATH\"; /bin/busybox cat /etc/only-here; echo err >&2; exit 3\n"
-	if err := os.WriteFile(filepath.Join(root, "usr/sbin/zfs"), []byte(script), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "usr/sbin/zfs"), tool, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -137,12 +128,12 @@ func TestTheHostsToolRunsInTheHostsRoot(t *testing.T) {
 	if err := os.Remove(filepath.Join(imageDir, "zfs")); err != nil {
 		t.Fatal(err)
 	}
-	own := "#!" + busybox + " sh\necho \"image's zfs:$*\"\n"
-	if err := os.WriteFile(filepath.Join(imageDir, "zfs"), []byte(own), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(imageDir, "zfs"), tool, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, errOut, code := run("FERRY_HOST_ROOT=", "FERRY_TEST_IMAGE_TOOL_DIR="+imageDir); code != 0 || out != "image's zfs:list -H tank/a b\n" {
-		t.Errorf("no host root, a copy in the image: stdout %q stderr %q exit %d", out, errOut, code)
+	if out, errOut, code := run("FERRY_HOST_ROOT=", "FERRY_TEST_IMAGE_TOOL_DIR="+imageDir); code != 3 ||
+		!strings.HasPrefix(out, "args:list -H tank/a b\n") || !strings.HasSuffix(out, "no /etc/only-here\n") {
+		t.Errorf("no host root, a copy in the image: stdout %q stderr %q exit %d, want it run outside the host's root", out, errOut, code)
 	}
 	// With a host root, the host's tool runs, not the image's copy: the
 	// host's, removed, is an error.
@@ -152,4 +143,48 @@ func TestTheHostsToolRunsInTheHostsRoot(t *testing.T) {
 	if _, errOut, code := run("FERRY_HOST_ROOT="+root, "FERRY_TEST_IMAGE_TOOL_DIR="+imageDir); code != 127 || !strings.Contains(errOut, "is ZFS installed on this node") {
 		t.Errorf("no zfs in the host's root: exit %d, %q", code, errOut)
 	}
+}
+
+// fakeTool builds a static stand-in for zfs (no library to find in a
+// chroot): it prints "args:<its arguments>", "cwd:<its working
+// directory>", its PATH, then /etc/only-here or "no /etc/only-here", says
+// "err" on stderr and exits 3.
+func fakeTool(t *testing.T) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	src := `package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+func main() {
+	wd, _ := os.Getwd()
+	fmt.Printf("args:%s\ncwd:%s\n%s\n", strings.Join(os.Args[1:], " "), wd, os.Getenv("PATH"))
+	if b, err := os.ReadFile("/etc/only-here"); err == nil {
+		fmt.Print(string(b))
+	} else {
+		fmt.Println("no /etc/only-here")
+	}
+	fmt.Fprintln(os.Stderr, "err")
+	os.Exit(3)
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "zfs")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the stand-in zfs: %v\n%s", err, out)
+	}
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
