@@ -56,6 +56,9 @@ func FollowDaemon(ctx context.Context, client kubernetes.Interface, t Template, 
 // cannot be read): a replica pod whose container runs the same ID runs the
 // daemon's image, whatever name the runtime reports for it.
 func (a *Applier) daemonImageID(ctx context.Context) string {
+	if id := a.imageID.Load(); id != nil {
+		return *id
+	}
 	d := a.tpl.Daemon
 	if d.Pod == "" {
 		return ""
@@ -65,7 +68,8 @@ func (a *Applier) daemonImageID(ctx context.Context) string {
 		return ""
 	}
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == d.Container && cs.State.Running != nil {
+		if cs.Name == d.Container && cs.State.Running != nil && cs.ImageID != "" {
+			a.imageID.Store(&cs.ImageID)
 			return cs.ImageID
 		}
 	}

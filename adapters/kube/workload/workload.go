@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -158,6 +159,9 @@ type Applier struct {
 	client kubernetes.Interface
 	dyn    dynamic.Interface
 	tpl    Template
+	// imageID is the daemon's own container's image ID once read (it
+	// runs one image for its life): read once, not at every roll step.
+	imageID atomic.Pointer[string]
 }
 
 var _ ports.ReplicaWorkload = (*Applier)(nil)
