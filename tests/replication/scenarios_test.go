@@ -115,6 +115,20 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 	}
 	reported, _ := st.Replica("b")
 	c.write("a", "more.bin", size)
+	// b starts only once a holds a snapshot taken after the whole write:
+	// its transfer is then one stream of all 64 MiB, not one of the few
+	// MiB a loaded machine's write had reached at a's last snapshot, which
+	// the sockets' buffers swallow whole so that a's zfs send is gone
+	// before b's transfer is killed (what the check in killMidStream
+	// refuses).
+	written, err := c.statusOf("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually("a snapshotted after the write", 30*time.Second, func() bool {
+		s, err := c.statusOf("a")
+		return err == nil && s.Snapshot > written.Snapshot
+	})
 	killMidStream("incremental transfer")
 	// Its last complete snapshot: the one it held when stopped, a later
 	// one when the primary snapshotted during the write and b fetched it
