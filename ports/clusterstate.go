@@ -95,13 +95,17 @@ type StateFeed interface {
 // VolumeSpec is what a volume is: its size, how often it is snapshotted
 // and what it was made for. Stores that can keep it next to the volume's
 // state (Kubernetes: the ReplicatedVolume's spec) record it when the state
-// is created, for operators. Of its fields only the snapshot interval is
-// read back, into replica.State.SnapshotInterval (the primary's machine
-// obeys it), and the claim, where events also go. Empty fields are
-// unknown (a volume made outside Kubernetes has no claim).
+// is created, for operators. Of its fields the size, the snapshot interval
+// and the properties are read back, into replica.State (every copy takes
+// the size and the properties; the primary's machine obeys the interval),
+// and the claim, where events also go. Empty fields are unknown (a volume
+// made outside Kubernetes has no claim).
 type VolumeSpec struct {
 	CapacityBytes    int64
 	SnapshotInterval time.Duration
+	// Properties are the native properties every copy holds
+	// (volume.Params.Properties).
+	Properties map[string]string
 	// PersistentVolume and StorageClass name the Kubernetes objects the
 	// volume was provisioned for.
 	PersistentVolume string

@@ -207,8 +207,8 @@ func (s *Store) RecordCapacity(ctx context.Context, id volume.ID, capacityBytes 
 }
 
 // CreateWithSpec is Create recording what the spec tells the replicas:
-// the volume's size and snapshot interval (ports.SpecRecorder).
+// the volume's size, snapshot interval and properties (ports.SpecRecorder).
 func (s *Store) CreateWithSpec(ctx context.Context, st replica.State, spec ports.VolumeSpec) (replica.State, error) {
-	st.CapacityBytes, st.SnapshotInterval = spec.CapacityBytes, spec.SnapshotInterval
+	st.CapacityBytes, st.SnapshotInterval, st.Properties = spec.CapacityBytes, spec.SnapshotInterval, spec.Properties
 	return s.Create(ctx, st)
 }

@@ -219,6 +219,7 @@ func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpe
 	}
 	self := c.cfg.Node
 	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self, CapacityBytes: v.CapacityBytes,
+		Properties: params.Properties,
 		Replicas: []replica.Replica{{Node: self, Active: true}}}
 	var st replica.State
 	var err error
@@ -290,6 +291,7 @@ func volumeSpec(v Volume, spec volume.CreateSpec) ports.VolumeSpec {
 	return ports.VolumeSpec{
 		CapacityBytes:    v.CapacityBytes,
 		SnapshotInterval: spec.Params.SnapshotInterval,
+		Properties:       spec.Params.Properties,
 		PersistentVolume: spec.PersistentVolume(),
 		ClaimNamespace:   ns,
 		ClaimName:        name,

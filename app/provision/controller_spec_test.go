@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func (s *specStates) CreateWithSpec(ctx context.Context, st replica.State, spec 
 }
 
 // A replicated volume's shared state records what the volume is: its
-// size, snapshot interval, PersistentVolume and claim (from the
+// size, snapshot interval, properties (every copy takes them),
+// PersistentVolume and claim (from the
 // provisioner's metadata), for operators and events.
 func TestAReplicatedVolumesStateRecordsItsSizeIntervalVolumeAndClaim(t *testing.T) {
 	ctrl := gomock.NewController(t)
@@ -45,13 +47,14 @@ func TestAReplicatedVolumesStateRecordsItsSizeIntervalVolumeAndClaim(t *testing.
 	c := provision.New(cfg, memstore.New(t.TempDir(), 1<<30, 1), noMounts{}, zap.NewNop(), provision.WithReplication(provision.Replication{Cluster: states, Specs: states, Workload: w}))
 
 	v, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "pvc-s", Capacity: volume.CapacityRange{RequiredBytes: 3 * volume.MiB}, Capabilities: rw,
-		Parameters: map[string]string{"defaultReplicationFactor": "2", "snapshotInterval": "45s",
+		Parameters: map[string]string{"defaultReplicationFactor": "2", "snapshotInterval": "45s", "atime": "off", "compression": "lz4",
 			"csi.storage.k8s.io/pvc/namespace": "shop", "csi.storage.k8s.io/pvc/name": "orders", "csi.storage.k8s.io/pv/name": "pvc-s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ports.VolumeSpec{CapacityBytes: v.CapacityBytes, SnapshotInterval: 45 * time.Second, PersistentVolume: "pvc-s", ClaimNamespace: "shop", ClaimName: "orders"}
-	if got := states.specs["pvc-s"]; got != want || got.CapacityBytes < 3*volume.MiB {
+	want := ports.VolumeSpec{CapacityBytes: v.CapacityBytes, SnapshotInterval: 45 * time.Second, PersistentVolume: "pvc-s", ClaimNamespace: "shop", ClaimName: "orders",
+		Properties: map[string]string{"atime": "off", "compression": "lz4"}}
+	if got := states.specs["pvc-s"]; !reflect.DeepEqual(got, want) || got.CapacityBytes < 3*volume.MiB {
 		t.Fatalf("recorded spec %+v, want %+v", got, want)
 	}
 

@@ -58,3 +58,28 @@ func TestACopyThatCannotGrowIsReportedAndKeepsReplicating(t *testing.T) {
 	c.reps["a"].SnapshotNow()
 	c.eventually("b still catches up", func() bool { return c.holds("b", "v2") })
 }
+
+// Every copy holds the volume's properties: a received copy has its
+// pool's defaults (a stream carries none), so it takes those the state
+// records, and a promoted copy runs as its StorageClass said.
+func TestEveryCopyTakesTheVolumesProperties(t *testing.T) {
+	c := newCluster(t, 2, "a", "b")
+	want := map[string]string{"atime": "off", "compression": "lz4"}
+	if _, err := c.state.Update(ctx, volID, func(s *replica.State) error { s.Properties = want; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.write("a", "v1")
+	c.start("a")
+	c.start("b")
+	props := func(n replica.Node) map[string]string {
+		info, err := c.stores[n].GetVolume(ctx, volID)
+		if err != nil {
+			return nil
+		}
+		return info.Properties
+	}
+	c.eventually("b holds a's data with the volume's properties", func() bool {
+		got := props("b")
+		return c.holds("b", "v1") && got["atime"] == "off" && got["compression"] == "lz4"
+	})
+}

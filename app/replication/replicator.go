@@ -834,7 +834,7 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 		if err != nil {
 			return replica.LocalRead{}, err
 		}
-		read.CapacityBytes, read.CapacityRead = info.CapacityBytes, true
+		read.CapacityBytes, read.CapacityRead, read.Properties = info.CapacityBytes, true, info.Properties
 	}
 	return read, nil
 }

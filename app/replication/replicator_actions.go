@@ -137,6 +137,12 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		}
 		r.log.Info("the copy takes the volume's size", zap.Int64("bytes", a.Bytes))
 		return nil
+	case replica.Conform:
+		if err := r.store.SetProperties(ctx, r.cfg.Volume, a.Properties); err != nil {
+			return fmt.Errorf("setting the volume's properties on the copy: %w", err)
+		}
+		r.log.Info("the copy takes the volume's properties", zap.Any("properties", a.Properties))
+		return nil
 	}
 	return fmt.Errorf("unknown action %T", a)
 }

@@ -15,6 +15,7 @@ import (
 type Store interface {
 	GetVolume(ctx context.Context, id volume.ID) (ports.VolumeInfo, error)
 	Resize(ctx context.Context, id volume.ID, capacityBytes int64) error
+	SetProperties(ctx context.Context, id volume.ID, properties map[string]string) error
 	DestroyVolume(ctx context.Context, id volume.ID) error
 	Unchanged(ctx context.Context, id volume.ID) (bool, error)
 	CreateSnapshot(ctx context.Context, id volume.ID, name string, metadata map[string]string) (ports.SnapshotInfo, error)

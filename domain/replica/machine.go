@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -99,6 +100,12 @@ type Machine struct {
 	capacityKnown bool
 	growFailed    string
 	growWait      int
+	// props are the copy's native properties as last read or set (known
+	// with capacityKnown); conformFailed and conformWait as growFailed
+	// and growWait, for a Conform.
+	props         map[string]string
+	conformFailed string
+	conformWait   int
 }
 
 // SnapshotEvery is the primary's snapshot interval in ticks: the
@@ -143,6 +150,9 @@ type LocalRead struct {
 	// machine keeps what it knew.
 	CapacityBytes int64
 	CapacityRead  bool
+	// Properties are the copy's native properties (at least those the
+	// state names), read with its size when CapacityRead.
+	Properties map[string]string
 }
 
 // PeerRead: the replication snapshots a peer holds.
@@ -326,6 +336,18 @@ type Alert struct {
 // size (Grow failed).
 const CopyCannotGrow = "CopyCannotGrow"
 
+// CopyCannotConform is the event of a copy whose properties could not be
+// set to the volume's (Conform failed).
+const CopyCannotConform = "CopyCannotConform"
+
+// Conform sets the local copy's native properties to the volume's,
+// State.Properties (only those that differ): a copy made by a full
+// receive has its pool's defaults, and a promoted copy must run as its
+// StorageClass said (its compression, its recordsize, atime off so that
+// reading a secondary does not change it under its next receive). One
+// that fails is alerted and tried again later; replication goes on.
+type Conform struct{ Properties map[string]string }
+
 // Grow sets the local copy's size (quota and reservation) to the
 // volume's, State.CapacityBytes: a copy made by a receive has none, and
 // an expansion recorded in the state reaches every copy. A copy that
@@ -346,6 +368,7 @@ func (LeaveVolume) action()      {}
 func (BecomePrimary) action()    {}
 func (Alert) action()            {}
 func (Grow) action()             {}
+func (Conform) action()          {}
 
 // Step feeds one event to the machine.
 func (m *Machine) Step(ev Event) error {
@@ -383,6 +406,7 @@ func (m *Machine) Step(ev Event) error {
 		m.local, m.haveLocal = sorted(e.Snaps), true
 		if e.CapacityRead {
 			m.capacity, m.capacityKnown = e.CapacityBytes, true
+			m.props = e.Properties
 		}
 		m.hasData = e.HasData || len(e.Snaps) > 0
 		if !m.hasData {
@@ -397,6 +421,9 @@ func (m *Machine) Step(ev Event) error {
 		m.backoff = false
 		if m.growWait > 0 {
 			m.growWait--
+		}
+		if m.conformWait > 0 {
+			m.conformWait--
 		}
 	case Terminate:
 		m.terminating = true
@@ -556,6 +583,16 @@ func (m *Machine) done(e ActionDone) {
 			return
 		}
 		m.capacity, m.growFailed = a.Bytes, ""
+	case Conform:
+		if e.Err != nil {
+			m.conformFailed = fmt.Sprintf("this copy cannot take the volume's properties %v: %v", a.Properties, e.Err)
+			m.conformWait = growRetryTicks
+			return
+		}
+		props := make(map[string]string, len(m.props)+len(a.Properties))
+		maps.Copy(props, m.props)
+		maps.Copy(props, a.Properties)
+		m.props, m.conformFailed = props, ""
 	}
 }
 
@@ -685,7 +722,12 @@ func (m *Machine) Wake() int {
 // size: the volume's is known and the copy's is not (never read, or the
 // copy made again by a full receive since). Only then does a listing
 // cost a read of the size.
-func (m *Machine) NeedsCapacity() bool { return m.state.CapacityBytes > 0 && !m.capacityKnown }
+//
+// The copy's properties are read with its size, under the same rule: a
+// state that names Properties needs them known too.
+func (m *Machine) NeedsCapacity() bool {
+	return (m.state.CapacityBytes > 0 || len(m.state.Properties) > 0) && !m.capacityKnown
+}
 
 // NeedsLocal reports whether the machine's view of the local store is
 // stale (never read, changed by its own action since, or contradicted by
@@ -716,6 +758,33 @@ func (m *Machine) grow() (Action, bool) {
 		return nil, false
 	}
 	return Grow{Bytes: want}, true
+}
+
+// conform decides the copy's properties (those of State.Properties it
+// does not hold), or the alert of a Conform that failed (once).
+func (m *Machine) conform() (Action, bool) {
+	if len(m.state.Properties) == 0 || !m.hasData || !m.capacityKnown {
+		return nil, false
+	}
+	var differ map[string]string
+	for k, v := range m.state.Properties {
+		if m.props[k] != v {
+			if differ == nil {
+				differ = map[string]string{}
+			}
+			differ[k] = v
+		}
+	}
+	if differ == nil {
+		return nil, false
+	}
+	if m.conformFailed != "" && m.alerted != m.conformFailed {
+		return Alert{Reason: m.conformFailed, Event: CopyCannotConform}, true
+	}
+	if m.conformWait > 0 {
+		return nil, false
+	}
+	return Conform{Properties: differ}, true
 }
 
 func (m *Machine) decide() Action {
@@ -767,6 +836,9 @@ func (m *Machine) decide() Action {
 	}
 	if g, ok := m.grow(); ok {
 		return g
+	}
+	if c, ok := m.conform(); ok {
+		return c
 	}
 	if m.acquiring && (m.isPrimary(self) || m.mayPromote(self)) {
 		return BecomePrimary{}

@@ -168,6 +168,13 @@ type State struct {
 	// reservation (Grow). 0: not known (a state made before it was
 	// recorded). Like ReplicationFactor it is not the replicas' to write.
 	CapacityBytes int64
+	// Properties are the native properties every copy holds (compression,
+	// recordsize, atime: volume.Params.Properties, normalised), as the
+	// volume's spec says: a copy made by a full receive has its pool's
+	// defaults instead (Conform). nil: none recorded (a state made before
+	// they were, or rebuilt from the copies). Like ReplicationFactor they
+	// are not the replicas' to write.
+	Properties map[string]string
 	// Awaiting, on a state rebuilt from the copies after its object was
 	// lost (Rediscover), names the nodes whose pools may hold a copy and
 	// have not answered yet (Answer), sorted. While any is awaited no

@@ -145,6 +145,33 @@ func ParseParams(in map[string]string) (Params, error) {
 	return p, nil
 }
 
+// ParseProperties validates native properties as a StorageClass would
+// set them (the allow-list and its values), normalised: the properties a
+// volume's spec records for every copy. nil for none.
+func ParseProperties(in map[string]string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, len(in))
+	for k := range in {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string]string, len(in))
+	for _, k := range keys {
+		rule, ok := propertyRules[k]
+		if !ok {
+			return nil, invalid("properties", k, "not a property Ferry sets")
+		}
+		norm, err := rule(in[k])
+		if err != nil {
+			return nil, invalid("properties."+k, in[k], err.Error())
+		}
+		out[k] = norm
+	}
+	return out, nil
+}
+
 // checkPoolName accepts ZFS pool names: a letter first, then letters,
 // digits, '_', '-', '.'; at most 64 bytes.
 func checkPoolName(field, s string) error {

@@ -4,6 +4,8 @@ package kubeapi_test
 
 import (
 	"context"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +31,8 @@ func TestTheReplicatedVolumesSpecSaysWhatTheVolumeIs(t *testing.T) {
 	ctx := context.Background()
 	st := replica.State{Volume: "pvc-spec", ReplicationFactor: 2, Epoch: 1, Primary: "node-a", Replicas: []replica.Replica{{Node: "node-a", Active: true}}}
 	spec := ports.VolumeSpec{CapacityBytes: 5 << 30, SnapshotInterval: 90 * time.Second, PersistentVolume: "pvc-spec",
-		StorageClass: "ferry-replicated", ClaimNamespace: "shop", ClaimName: "orders"}
+		StorageClass: "ferry-replicated", ClaimNamespace: "shop", ClaimName: "orders",
+		Properties: map[string]string{"atime": "off", "compression": "zstd-3", "recordsize": "16384"}}
 	if _, err := s.CreateWithSpec(ctx, st, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -42,15 +45,27 @@ func TestTheReplicatedVolumesSpecSaysWhatTheVolumeIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"volumeID": "pvc-spec", "replicationFactor": int64(2), "capacityBytes": int64(5 << 30), "snapshotInterval": "1m30s",
-		"persistentVolumeName": "pvc-spec", "storageClassName": "ferry-replicated", "claimNamespace": "shop", "claimName": "orders"}
+		"persistentVolumeName": "pvc-spec", "storageClassName": "ferry-replicated", "claimNamespace": "shop", "claimName": "orders",
+		"properties": map[string]any{"atime": "off", "compression": "zstd-3", "recordsize": "16384"}}
 	got, _, _ := unstructured.NestedMap(u.Object, "spec")
 	for k, v := range want {
-		if got[k] != v {
+		if !reflect.DeepEqual(got[k], v) {
 			t.Errorf("spec.%s = %#v, want %#v", k, got[k], v)
 		}
 	}
 	if len(got) != len(want) {
 		t.Errorf("spec = %v, want exactly %v", got, want)
+	}
+	// Every copy reads them back (replica.State.Properties).
+	if read, err := s.Get(ctx, st.Volume); err != nil || !reflect.DeepEqual(read.Properties, spec.Properties) {
+		t.Errorf("state read back: properties %v (%v), want %v", read.Properties, err, spec.Properties)
+	}
+	// The schema refuses a property value Ferry would not set.
+	bad := u.DeepCopy()
+	_ = unstructured.SetNestedField(bad.Object, "rot13", "spec", "properties", "compression")
+	admin := dynamic.NewForConfigOrDie(cfg)
+	if _, err := admin.Resource(rvapi.GVR).Update(ctx, bad, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.properties.compression") {
+		t.Errorf("spec.properties.compression=rot13: %v, want refused by the schema", err)
 	}
 
 	// Create, knowing nothing but the state, writes no such fields.

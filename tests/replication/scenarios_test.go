@@ -21,11 +21,21 @@ import (
 
 func TestInitialFullSyncThenIncrementalsThenALateJoiner(t *testing.T) {
 	c := newVolume(t, "vol-sync", 2)
+	// The volume's properties (its StorageClass's): a full stream carries
+	// none, so the received copies must take them from the state.
+	want := map[string]string{"atime": "off", "recordsize": "65536"}
+	if _, err := c.state.Update(ctx, c.id, func(s *replica.State) error { s.Properties = want; return nil }); err != nil {
+		t.Fatal(err)
+	}
 	c.write("a", "first.bin", 20<<20)
 	c.start("a")
 	c.start("b")
 	sum := c.converged("a", "b")
 	t.Logf("full sync: b holds %s", sum)
+	c.eventually("b's copy holds the volume's properties", 20*time.Second, func() bool {
+		info, err := stores["b"].GetVolume(ctx, c.id)
+		return err == nil && info.Properties["atime"] == want["atime"] && info.Properties["recordsize"] == want["recordsize"]
+	})
 	if !c.logHas("b", "fetching snapshot", `"base":""`) {
 		t.Error("b's first fetch was not a full stream")
 	}

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -76,6 +77,9 @@ type Spec struct {
 	CapacityBytes int64 `json:"capacityBytes,omitempty"`
 	// SnapshotInterval is how often the primary snapshots (Go duration).
 	SnapshotInterval string `json:"snapshotInterval,omitempty"`
+	// Properties are the native ZFS properties every copy holds
+	// (compression, recordsize, atime), as the StorageClass gave them.
+	Properties map[string]string `json:"properties,omitempty"`
 	// StorageClassName, PersistentVolumeName and the claim say where it
 	// came from (ports.VolumeSpec: written once, at creation, for
 	// operators and for the events on the claim; nothing decides on them).
@@ -104,6 +108,10 @@ func (s *Spec) Describe(v ports.VolumeSpec) {
 	s.SnapshotInterval = ""
 	if v.SnapshotInterval > 0 {
 		s.SnapshotInterval = v.SnapshotInterval.String()
+	}
+	s.Properties = nil
+	if len(v.Properties) > 0 {
+		s.Properties = maps.Clone(v.Properties)
 	}
 	s.StorageClassName = v.StorageClass
 	s.PersistentVolumeName = v.PersistentVolume
@@ -267,6 +275,11 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		Deleting:          rv.DeletionTimestamp != nil && rv.Annotations[DeleteIntent] == "true",
 		SnapshotInterval:  SnapshotInterval(rv.Spec),
 		CapacityBytes:     max(0, rv.Spec.CapacityBytes),
+	}
+	// The schema allows the keys and values Ferry sets; a spec it let
+	// through that the domain refuses is not applied to any copy.
+	if props, perr := volume.ParseProperties(rv.Spec.Properties); perr == nil {
+		s.Properties = props
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

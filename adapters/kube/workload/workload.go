@@ -374,7 +374,18 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 					Affinity: &corev1.Affinity{
 						NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 							NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-								{Key: TopologyKey, Operator: corev1.NodeSelectorOpExists}}}}}},
+								{Key: TopologyKey, Operator: corev1.NodeSelectorOpExists}}}}},
+							// A pod the ReplicaSet adds goes where the volume is usable
+							// (a ready copy, placement.UsableOn) when such a node has
+							// no pod of the volume yet: after a reinstall or a lost
+							// workload, a copy whose daemon has not started its pinned
+							// pod yet runs again instead of a new copy being made on a
+							// node that holds none (a needless full transfer, and the
+							// copy left without a pod destroyed as surplus).
+							PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+								Weight: 100,
+								Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+									{Key: rvapi.UsableLabel(owner.Volume), Operator: corev1.NodeSelectorOpIn, Values: []string{rvapi.UsableValue}}}}}}},
 						PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 							LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{rvapi.LabelVolume: rvapi.Hash(owner.Volume)}},
 							TopologyKey:   "kubernetes.io/hostname"}}},

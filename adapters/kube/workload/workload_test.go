@@ -79,6 +79,14 @@ func TestTheReplicaPodsSpreadOnFerryNodesAndBelongToTheVolume(t *testing.T) {
 	if len(node) != 1 || node[0].MatchExpressions[0].Key != TopologyKey {
 		t.Errorf("node affinity %+v", node)
 	}
+	// A new pod prefers a node whose copy is usable (no full transfer to a
+	// node that holds none while such a copy waits for its pod).
+	pref := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(pref) != 1 || len(pref[0].Preference.MatchExpressions) != 1 ||
+		pref[0].Preference.MatchExpressions[0].Key != rvapi.UsableLabel("pvc-1") ||
+		!slices.Equal(pref[0].Preference.MatchExpressions[0].Values, []string{rvapi.UsableValue}) {
+		t.Errorf("preferred node affinity %+v", pref)
+	}
 	for k, v := range rs.Spec.Selector.MatchLabels {
 		if rs.Spec.Template.Labels[k] != v {
 			t.Errorf("selector %s=%s not on the template", k, v)
