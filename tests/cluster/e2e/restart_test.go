@@ -35,10 +35,7 @@ func TestRestartingTheDaemonOfASecondarysNodeCopiesNothingAgain(t *testing.T) {
 	var second string
 	var at int64
 	// The copy is read on the host only once it holds a snapshot taken
-	// after the write: a read of a copy whose atime is on (a copy does not
-	// carry the volume's atime=off) changes it, and the next incremental
-	// receive is refused until the copy is rolled back, so reading it on
-	// every poll while it catches up kept it from ever catching up.
+	// after the write (what it is compared with).
 	eventually(t, "a secondary holds a snapshot taken after the write, ready", 180*time.Second, func() (bool, string) {
 		rv, err := getRV(t, vol)
 		for _, r := range rv.Status.Replicas {
@@ -48,6 +45,14 @@ func TestRestartingTheDaemonOfASecondarysNodeCopiesNothingAgain(t *testing.T) {
 			}
 		}
 		return false, fmt.Sprintf("%+v %v", rv.Status, err)
+	})
+	// The copy holds the StorageClass's properties (ferry-rf2: atime off,
+	// compression on), not its pool's defaults: a read of a copy whose
+	// atime is on changes it, and its next incremental receive is refused.
+	eventually(t, "the secondary's copy holds the volume's properties", 60*time.Second, func() (bool, string) {
+		out, err := exec.Command("zfs", "get", "-H", "-o", "value", "atime,compression", "ferry-"+second+"/ferry/"+vol).CombinedOutput()
+		f := strings.Fields(string(out))
+		return err == nil && len(f) == 2 && f[0] == "off" && f[1] == "on", string(out)
 	})
 	eventually(t, "the secondary's data equals what the pod wrote", 60*time.Second, func() (bool, string) {
 		got := hostChecksum(t, second, vol, "blob")
