@@ -220,7 +220,7 @@ func (c *Service) replicate(ctx context.Context, v Volume, spec volume.CreateSpe
 	self := c.cfg.Node
 	first := replica.State{Volume: v.ID, ReplicationFactor: params.ReplicationFactor, Epoch: 1, Primary: self, CapacityBytes: v.CapacityBytes,
 		Properties: params.Properties,
-		Replicas: []replica.Replica{{Node: self, Active: true}}}
+		Replicas:   []replica.Replica{{Node: self, Active: true}}}
 	var st replica.State
 	var err error
 	if c.repl.Specs != nil {

@@ -166,6 +166,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 				// daemon's own requests (kubelets' would be in reach);
 				// kube-controller-manager's CSR cleaner removes them.
 				"certificatesigningrequests": {"create"},
+				// the provisioner's storage capacity objects, in Ferry's
+				// namespace only (a Role: checked below).
+				"csistoragecapacities": {"create", "update", "patch", "delete"},
 			}
 			var bad []string
 			for _, r := range pr.Resources {
@@ -212,6 +215,19 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		}
 		return ""
 	})})
+	cases = append(cases, struct {
+		name  string
+		roles func(*testing.T) []role
+		check func(role) []string
+	}{"storage capacity objects are written in Ferry's namespace only", all, func(r role) []string {
+		var out []string
+		for i, pr := range r.rules {
+			if r.namespace == "" && (slices.Contains(pr.Resources, "csistoragecapacities") || slices.Contains(pr.Resources, "*")) && len(matching(pr.Verbs, isWrite)) > 0 {
+				out = append(out, describeRule(r, i)+" writes CSIStorageCapacity objects cluster-wide; a Role in Ferry's namespace must do")
+			}
+		}
+		return out
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, r := range c.roles(t) {

@@ -32,7 +32,7 @@ ARTIFACTS="${E2E_ARTIFACTS:-/tmp/ferry-e2e-k8s-suite}"
 
 # What runs: the External Storage tests of these suites for Ferry's driver
 # (every test pattern; those the driver does not support skip at run time).
-SUITES='provisioning|volumes|volumeIO|volume-expand|snapshottable|multiVolume|subPath|volumeMode|read-write-once-pod'
+SUITES='provisioning|volumes|volumeIO|volume-expand|snapshottable|multiVolume|subPath|volumeMode|read-write-once-pod|capacity'
 FOCUS="${E2E_FOCUS:-External.Storage \[Driver: ${DRIVER//./\\.}\] .*\] ($SUITES) }"
 # What does not (reasons in tests/e2e/README.md):
 #  - the serial and disruptive sets, and flaky tests;
