@@ -13,8 +13,11 @@ import (
 )
 
 // TestMain lets a test run this test binary as the image's zfs link (the
-// chroot must not happen in the test's own process).
+// chroot must not happen in the test's own process), or as ferry itself.
 func TestMain(m *testing.M) {
+	if os.Getenv("FERRY_TEST_AS_FERRY") != "" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	if name := os.Getenv("FERRY_TEST_AS_HOST_TOOL"); name != "" {
 		imageToolDirs = []string{os.Getenv("FERRY_TEST_IMAGE_TOOL_DIR")}
 		os.Exit(runHostTool(name, os.Args[1:], os.Stderr))

@@ -128,6 +128,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			defer l.Release()
 		}
+		if m.name == "daemon" {
+			ok, err := awaitPool(opts)
+			if err != nil {
+				fmt.Fprintf(stderr, "ferry %s: %v\n", m.name, err)
+				return 1
+			}
+			if !ok {
+				return 0 // stopped while waiting
+			}
+		}
 		return runApp(fx.New(m.app(opts)), opts.StopTimeout, stderr)
 	}
 	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])
