@@ -10,6 +10,10 @@ package chart
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,7 +101,8 @@ func objects(t *testing.T, stream []byte) map[string]map[string]any {
 func TestTheChartWithItsDefaultsIsTheKustomizeDeployment(t *testing.T) {
 	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
 	kubectl := tool(t, "KUBECTL", filepath.Join(os.Getenv("HOME"), ".cache/ferry/k8s-v1.37.2/kubectl"))
-	chart := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--include-crds", "--set", "namespace.create=true"))
+	chart := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--include-crds", "--set", "namespace.create=true",
+		"--set", "peerTLS.source=none")) // deploy/ leaves the peer PKI to the user
 	kust := objects(t, append(append(run(t, kubectl, "kustomize", "deploy/crds"), []byte("\n---\n")...), run(t, kubectl, "kustomize", "deploy")...))
 	var keys []string
 	for k := range kust {
@@ -191,4 +196,76 @@ func normalize(v any) any {
 		return strings.Join(strings.Fields(v), " ")
 	}
 	return v
+}
+
+// By default the chart makes the peer PKI itself: a CA for Ferry's
+// signer and a shared certificate it signed, which the peers verify
+// (server and client use, DNS name ferry-peer), both kept on uninstall;
+// with cert-manager, its Issuers and Certificates instead; a source it
+// does not know is refused.
+func TestTheChartMakesThePeerPKI(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	objs := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system"))
+	data := func(name string) map[string][]byte {
+		t.Helper()
+		o, ok := objs["Secret ferry-system/"+name]
+		if !ok {
+			t.Fatalf("no Secret %s by default", name)
+		}
+		if ann, _ := o["metadata"].(map[string]any)["annotations"].(map[string]any); ann != nil {
+			t.Errorf("Secret %s: annotations %v left after the release's own are removed", name, ann)
+		}
+		out := map[string][]byte{}
+		for k, v := range o["data"].(map[string]any) {
+			b, err := base64.StdEncoding.DecodeString(v.(string))
+			if err != nil {
+				t.Fatalf("Secret %s %s: %v", name, k, err)
+			}
+			out[k] = b
+		}
+		return out
+	}
+	ca, peer := data("ferry-peer-ca"), data("ferry-peer-tls")
+	if _, err := tls.X509KeyPair(ca["tls.crt"], ca["tls.key"]); err != nil {
+		t.Errorf("ferry-peer-ca: the key is not the certificate's: %v", err)
+	}
+	if string(peer["ca.crt"]) != string(ca["tls.crt"]) {
+		t.Error("ferry-peer-tls's ca.crt is not ferry-peer-ca's certificate")
+	}
+	pair, err := tls.X509KeyPair(peer["tls.crt"], peer["tls.key"])
+	if err != nil {
+		t.Fatalf("ferry-peer-tls: %v", err)
+	}
+	leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+	roots := x509.NewCertPool()
+	block, _ := pem.Decode(ca["tls.crt"])
+	caCert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !caCert.IsCA {
+		t.Fatalf("ferry-peer-ca is not a CA certificate: %v", err)
+	}
+	roots.AddCert(caCert)
+	for _, use := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "ferry-peer", KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
+			t.Errorf("the shared certificate does not verify for %v as ferry-peer: %v", use, err)
+		}
+	}
+	out := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "-s", "templates/peer-tls.yaml"))
+	if strings.Count(out, "helm.sh/resource-policy: keep") != 2 {
+		t.Error("the peer PKI's Secrets are not kept on uninstall (a reinstall would make a new CA)")
+	}
+
+	cm := objects(t, run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--set", "peerTLS.source=cert-manager"))
+	for _, k := range []string{"Issuer ferry-system/ferry-peer-selfsigned", "Certificate ferry-system/ferry-peer-ca", "Issuer ferry-system/ferry-peer", "Certificate ferry-system/ferry-peer-tls"} {
+		if _, ok := cm[k]; !ok {
+			t.Errorf("with cert-manager, no %s", k)
+		}
+	}
+	if _, ok := cm["Secret ferry-system/ferry-peer-ca"]; ok {
+		t.Error("with cert-manager, the chart still makes the CA itself")
+	}
+	cmd := exec.Command(helm, "template", "ferry", "deploy/helm/ferry", "--set", "peerTLS.source=vault")
+	cmd.Dir = "../.."
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "peerTLS.source must be") {
+		t.Errorf("an unknown peerTLS.source: %v\n%s", err, b)
+	}
 }
