@@ -95,10 +95,19 @@ func (s *Store) SetLogger(log *zap.Logger) {
 	}
 }
 
-// Open checks that the pool exists and creates the parent dataset if needed.
-func (s *Store) Open(ctx context.Context) error {
+// PoolThere checks, with one call, that the pool exists (a daemon's
+// preflight: the rest of Open follows once it does).
+func (s *Store) PoolThere(ctx context.Context) error {
 	if _, err := s.run.zfs(ctx, "get", "-H", "-o", "value", "type", s.cfg.Pool); err != nil {
 		return fmt.Errorf("pool %s: %w", s.cfg.Pool, err)
+	}
+	return nil
+}
+
+// Open checks that the pool exists and creates the parent dataset if needed.
+func (s *Store) Open(ctx context.Context) error {
+	if err := s.PoolThere(ctx); err != nil {
+		return err
 	}
 	if s.root != s.cfg.Pool {
 		_, err := s.run.zfs(ctx, "create", "-p", s.root)

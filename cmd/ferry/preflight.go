@@ -34,9 +34,10 @@ func awaitPool(o *Options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	s.SetLogger(zap.NewNop()) // Open's findings are logged by the daemon's own store
-	w := preflight.Waiter{Check: s.Open, Log: log, Initial: 2 * time.Second, Max: time.Minute,
-		What: fmt.Sprintf("pool %s (parent dataset %s) on node %s", o.Pool, o.Parent, o.NodeID)}
+	// One zfs call when the pool is there (a daemon replaced during an
+	// upgrade starts no later); the daemon's store opens it in full.
+	w := preflight.Waiter{Check: s.PoolThere, Log: log, Initial: 2 * time.Second, Max: time.Minute,
+		What: fmt.Sprintf("pool %s on node %s", o.Pool, o.NodeID)}
 	if o.ClusterState == "kubernetes" {
 		if cfg, err := kubeConfig(o.Kubeconfig, "daemon"); err != nil {
 			log.Warn("no events on the node while waiting for the pool", zap.Error(err))
