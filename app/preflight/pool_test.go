@@ -38,7 +38,9 @@ func TestADaemonWaitsForItsPoolAndStartsOnceItIsThere(t *testing.T) {
 			}
 			return nil
 		},
-		Report: func(_ context.Context, warning bool, reason, _ string) { reports = append(reports, report{warning, reason}) },
+		Report: func(_ context.Context, warning bool, reason, _ string) {
+			reports = append(reports, report{warning, reason})
+		},
 		After: func(d time.Duration) <-chan time.Time {
 			waits = append(waits, d)
 			clock = clock.Add(d)
