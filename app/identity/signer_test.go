@@ -38,11 +38,35 @@ type signerFakeRequests struct {
 	// ErrConflict (another writer won), after changing its version.
 	conflictOnce map[string]bool
 	lists        int // passes made (List calls)
+	// progress is told (without blocking) after each List and each write,
+	// so that a test waits on the signer's steps, not on a clock.
+	progress chan struct{}
+}
+
+func (f *signerFakeRequests) stepped() {
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits until cond holds, looking again after each of the
+// signer's steps, for at most 5 s.
+func (f *signerFakeRequests) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for !cond() {
+		select {
+		case <-f.progress:
+		case <-timeout:
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
 }
 
 func newSignerFakeRequests() *signerFakeRequests {
 	return &signerFakeRequests{byName: map[string]ports.SigningRequest{}, reasons: map[string]string{}, certs: map[string][]byte{},
-		changes: make(chan struct{}, 1), conflictOnce: map[string]bool{}}
+		changes: make(chan struct{}, 1), conflictOnce: map[string]bool{}, progress: make(chan struct{}, 1)}
 }
 
 func (f *signerFakeRequests) add(r ports.SigningRequest) {
@@ -68,6 +92,7 @@ func (f *signerFakeRequests) get(name string) ports.SigningRequest {
 func (f *signerFakeRequests) List(context.Context) ([]ports.SigningRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.stepped()
 	f.lists++
 	var out []ports.SigningRequest
 	for _, n := range f.order {
@@ -82,6 +107,7 @@ func (f *signerFakeRequests) Changes() <-chan struct{} { return f.changes }
 func (f *signerFakeRequests) write(r ports.SigningRequest, what string, change func(*ports.SigningRequest)) (ports.SigningRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.stepped()
 	cur, ok := f.byName[r.Name]
 	if !ok || cur.Version != r.Version {
 		return ports.SigningRequest{}, fmt.Errorf("request %s changed: %w", r.Name, ports.ErrConflict)
@@ -436,25 +462,13 @@ func TestRunAnswersANewRequestAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	for first := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) { // the first pass, with no request
+	reqs.waitFor(t, "the signer's first pass, with no request", func() bool {
 		reqs.mu.Lock()
-		n := reqs.lists
-		reqs.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(first) {
-			t.Fatal("the signer made no first pass in 5 s")
-		}
-	}
+		defer reqs.mu.Unlock()
+		return reqs.lists > 0
+	})
 	reqs.add(signerFromNode(t, "csr", "node-a", signerOwnNames("node-a")))
-	deadline := time.Now().Add(5 * time.Second)
-	for !reqs.get("csr").Issued {
-		if time.Now().After(deadline) {
-			t.Fatal("a new request not answered within 5 s with a resync of an hour")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	reqs.waitFor(t, "a new request answered with a resync of an hour", func() bool { return reqs.get("csr").Issued })
 	cancel()
 	select {
 	case <-done:
