@@ -192,7 +192,7 @@ e2e-upgrade: build ## on the running local cluster: Ferry rolled from the previo
 # The driver uninstalled and installed again on the running cluster: it
 # deletes ferry-system, so it runs alone, after the others.
 UNINSTALL_TESTS := ^TestUninstall
-e2e-uninstall: ## on the running local cluster: kubectl delete -k deploy/ keeps every copy and ReplicatedVolume; installing again brings the volume back with its data, no transfer
+e2e-uninstall: ## on the running local cluster: kubectl delete -k deploy/ keeps every copy and ReplicatedVolume; installing again brings the volume back with its data, no transfer; then the same through the Helm chart (install, upgrade, uninstall)
 	$(call CLUSTER_GOTEST,-run '$(UNINSTALL_TESTS)')
 
 # Node loss (tests/cluster/node.sh kills, cuts off, pauses or isolates the
