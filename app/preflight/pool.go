@@ -17,8 +17,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Check looks once at what the daemon needs (the pool, its parent
-// dataset): nil when it may start.
+// Check looks once at what the daemon needs (its pool; the parent
+// dataset is the store's Open, once the pool is there): nil when it may
+// start.
 type Check func(ctx context.Context) error
 
 // Report tells an operator where they look (an event on the node);

@@ -107,3 +107,60 @@ func TestConformAFailureIsAlertedOnceAndDoesNotStopReplication(t *testing.T) {
 		t.Fatalf("after the wait: %T %+v, want Conform tried again", a, a)
 	}
 }
+
+// A copy that can neither grow nor take the volume's properties says each
+// once and goes on replicating: two standing alerts of different kinds
+// never take turns for ever (which would starve every other action).
+func TestConformAndGrowFailingTogetherAreEachAlertedOnce(t *testing.T) {
+	m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 5, AllowedLag: 1})
+	s := conformState(map[string]string{"compression": "zstd"})
+	s.CapacityBytes = 100
+	_ = m.Step(Observed{State: s})
+	_ = m.Step(LocalRead{Snaps: held, HasData: true, CapacityRead: true, Properties: map[string]string{"compression": "off"}})
+	fail := func(want string) {
+		t.Helper()
+		a, _ := m.Next()
+		switch want {
+		case "grow":
+			if _, ok := a.(Grow); !ok {
+				t.Fatalf("%T %+v, want Grow", a, a)
+			}
+		case "conform":
+			if _, ok := a.(Conform); !ok {
+				t.Fatalf("%T %+v, want Conform", a, a)
+			}
+		}
+		_ = m.Step(ActionDone{Action: a, Err: errTest})
+		_ = m.Step(Tick{})
+	}
+	fail("grow")
+	// The grow's alert, then the conform (tried while grow waits) fails.
+	a, _ := m.Next()
+	if al, ok := a.(Alert); !ok || al.Event != CopyCannotGrow {
+		t.Fatalf("%T %+v, want the grow's alert", a, a)
+	}
+	_ = m.Step(ActionDone{Action: a})
+	fail("conform")
+	a, _ = m.Next()
+	if al, ok := a.(Alert); !ok || al.Event != CopyCannotConform {
+		t.Fatalf("%T %+v, want the conform's alert", a, a)
+	}
+	_ = m.Step(ActionDone{Action: a})
+	// Both said: the primary's next snapshot is fetched, no alert again.
+	s.Replicas[0].Snapshot, s.Replicas[0].SnapshotGUID = 4, 14
+	_ = m.Step(Observed{State: s})
+	for i := 0; i < 3; i++ {
+		a, ok := m.Next()
+		if _, alert := a.(Alert); alert {
+			t.Fatalf("step %d: %+v again: the alerts take turns", i, a)
+		}
+		if a == (ReadPeer{Peer: "a"}) {
+			return
+		}
+		if !ok {
+			break
+		}
+		_ = m.Step(ActionDone{Action: a})
+	}
+	t.Fatal("a copy that can neither grow nor conform stopped replicating")
+}

@@ -92,6 +92,11 @@ type Machine struct {
 	volumeGone  bool
 	left        bool
 	alerted     string // the conflict last alerted, so it is said once
+	// releaseAlerted, growAlerted and conformAlerted are the failures of
+	// their kind last alerted: one slot per kind, so that two standing
+	// alerts of different kinds are each said once instead of taking
+	// turns for ever (and starving every other action).
+	releaseAlerted, growAlerted, conformAlerted string
 	// capacity is the local copy's size as last read or grown (known:
 	// read since the copy was last made by a full receive); growFailed
 	// why the last Grow failed (alerted once), growWait the ticks before
@@ -575,7 +580,16 @@ func (m *Machine) done(e ActionDone) {
 			m.ticks = 0 // the new term's first snapshot comes an interval later
 		}
 	case Alert:
-		m.alerted = a.Reason
+		switch {
+		case a.Reason == m.releaseLost:
+			m.releaseAlerted = a.Reason
+		case a.Event == CopyCannotGrow:
+			m.growAlerted = a.Reason
+		case a.Event == CopyCannotConform:
+			m.conformAlerted = a.Reason
+		default:
+			m.alerted = a.Reason
+		}
 	case Grow:
 		if e.Err != nil {
 			m.growFailed = fmt.Sprintf("this copy cannot grow to the volume's size, %d bytes (it is %d): %v", a.Bytes, m.capacity, e.Err)
@@ -751,7 +765,7 @@ func (m *Machine) grow() (Action, bool) {
 	if want <= 0 || !m.hasData || !m.capacityKnown || m.capacity >= want {
 		return nil, false
 	}
-	if m.growFailed != "" && m.alerted != m.growFailed {
+	if m.growFailed != "" && m.growAlerted != m.growFailed {
 		return Alert{Reason: m.growFailed, Event: CopyCannotGrow}, true
 	}
 	if m.growWait > 0 {
@@ -778,7 +792,7 @@ func (m *Machine) conform() (Action, bool) {
 	if differ == nil {
 		return nil, false
 	}
-	if m.conformFailed != "" && m.alerted != m.conformFailed {
+	if m.conformFailed != "" && m.conformAlerted != m.conformFailed {
 		return Alert{Reason: m.conformFailed, Event: CopyCannotConform}, true
 	}
 	if m.conformWait > 0 {
@@ -808,7 +822,7 @@ func (m *Machine) decide() Action {
 			return StepDown{Epoch: m.state.Epoch, Final: newest}
 		}
 	}
-	if m.releaseLost != "" && m.alerted != m.releaseLost {
+	if m.releaseLost != "" && m.releaseAlerted != m.releaseLost {
 		return Alert{Reason: m.releaseLost}
 	}
 	if m.forget != nil {

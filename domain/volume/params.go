@@ -57,7 +57,7 @@ type Params struct {
 // sharenfs, ...) would let a StorageClass author escape the driver's control
 // of the dataset, so it is refused.
 var propertyRules = map[string]func(string) (string, error){
-	ParamCompression: oneOf(compressionValues()),
+	ParamCompression: compression,
 	ParamAtime:       oneOf([]string{"on", "off"}),
 	ParamRecordSize:  recordSize,
 }
@@ -198,6 +198,17 @@ func oneOf(values []string) func(string) (string, error) {
 		}
 		return "", fmt.Errorf("must be one of %s", strings.Join(values, ", "))
 	}
+}
+
+// compression accepts the algorithms ZFS knows, as ZFS reports them:
+// gzip-6 is reported "gzip" (the same level), so it is recorded so, and
+// every copy's reported value then matches the volume's.
+func compression(v string) (string, error) {
+	v, err := oneOf(compressionValues())(v)
+	if v == "gzip-6" {
+		v = "gzip"
+	}
+	return v, err
 }
 
 // recordSize accepts a power of two from 512 bytes to 1 MiB, written in

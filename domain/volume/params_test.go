@@ -35,6 +35,10 @@ func TestParseParamsNormalisesAllowedValues(t *testing.T) {
 	if p.Metadata["csi.storage.k8s.io/pvc/name"] != "data" {
 		t.Fatalf("metadata %v", p.Metadata)
 	}
+	// gzip-6 as ZFS reports it, so that a copy's value matches.
+	if p, err := ParseParams(map[string]string{"compression": "gzip-6"}); err != nil || p.Properties["compression"] != "gzip" {
+		t.Fatalf("compression gzip-6: %v %v, want gzip", p.Properties, err)
+	}
 }
 
 func TestParseParamsRefusesWhatItDoesNotKnow(t *testing.T) {

@@ -276,10 +276,16 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 		SnapshotInterval:  SnapshotInterval(rv.Spec),
 		CapacityBytes:     max(0, rv.Spec.CapacityBytes),
 	}
-	// The schema allows the keys and values Ferry sets; a spec it let
-	// through that the domain refuses is not applied to any copy.
-	if props, perr := volume.ParseProperties(rv.Spec.Properties); perr == nil {
-		s.Properties = props
+	// The schema allows the keys and values Ferry sets; a value it let
+	// through that the domain refuses is not applied to any copy, and
+	// only that one: the others still are.
+	for k, v := range rv.Spec.Properties {
+		if p, perr := volume.ParseProperties(map[string]string{k: v}); perr == nil {
+			if s.Properties == nil {
+				s.Properties = map[string]string{}
+			}
+			s.Properties[k] = p[k]
+		}
 	}
 	var err error
 	num := func(field string, v int64) uint64 {

@@ -104,6 +104,22 @@ func TestTheSpecsSnapshotIntervalReachesTheState(t *testing.T) {
 	}
 }
 
+// The spec's properties reach the state, normalised; a value the domain
+// refuses (an edit the schema let through) is left out alone, the others
+// still reach every copy.
+func TestTheSpecsPropertiesReachTheStateOneBadValueLeftOut(t *testing.T) {
+	rv := FromState(replica.State{Volume: "v", ReplicationFactor: 2})
+	rv.Spec.Properties = map[string]string{"atime": "off", "compression": "rot13", "recordsize": "16384"}
+	st, err := ToState(rv)
+	if err != nil || len(st.Properties) != 2 || st.Properties["atime"] != "off" || st.Properties["recordsize"] != "16384" {
+		t.Errorf("state properties %v (%v), want atime and recordsize only", st.Properties, err)
+	}
+	rv.Spec.Properties = nil
+	if st, _ := ToState(rv); st.Properties != nil {
+		t.Errorf("no spec properties: state %v, want nil", st.Properties)
+	}
+}
+
 // A rebuilt state's awaited nodes (replica.State.Awaiting) and the
 // volume's size round-trip; the size comes from the spec.
 func TestARebuiltStatesAwaitedNodesAndTheSizeRoundTrip(t *testing.T) {
