@@ -43,11 +43,12 @@ func TestUninstallingTheDriverAndInstallingItAgainBringsBackEveryVolume(t *testi
 
 // The driver moved from the kustomize deployment to the Helm chart and
 // back, keeping every volume: the chart adopts the admission policies
-// deploy/crds made (Helm's ownership labels, as a user moving over would
-// set them), installs with its own peer PKI, and the volume comes back
+// deploy/crds made (--take-ownership, as a user moving over would),
+// installs with its own peer PKI, and the volume comes back
 // with its data from the same copies; an upgrade keeps the CA; `helm
 // uninstall` keeps every copy, the ReplicatedVolume, the policies guarding
-// them and the peer PKI; the kustomize deployment then takes over again.
+// them and the peer PKI, and the namespace's deletion every copy; the
+// kustomize deployment then takes over again.
 // The chart's objects get the test cluster's differences through the
 // post-renderer tests/cluster/helm-plugins/ferry-test-overlay.
 func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeepsEveryVolume(t *testing.T) {
@@ -97,15 +98,13 @@ func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeeps
 		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
 		return err != nil && strings.Contains(err.Error(), "NotFound"), out
 	})
-	// The policies deploy/crds made become the release's.
-	for _, o := range strings.Fields(must(t, "", "get", "validatingadmissionpolicies,validatingadmissionpolicybindings",
-		"-l", "app.kubernetes.io/part-of=ferry", "-o", "name")) {
-		must(t, "", "label", "--overwrite", o, "app.kubernetes.io/managed-by=Helm")
-		must(t, "", "annotate", "--overwrite", o, "meta.helm.sh/release-name=ferry", "meta.helm.sh/release-namespace=ferry-system")
-	}
+	// The policies deploy/crds made become the release's, as a user
+	// moving over would do it: --take-ownership, and --force-conflicts
+	// since kubectl applied them (Helm 4 applies server-side).
 	start := time.Now()
 	runHelm("install", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--create-namespace",
-		"--set", "storageClass.create=false", "--post-renderer", "ferry-test-overlay", "--wait", "--timeout", "5m")
+		"--set", "storageClass.create=false", "--post-renderer", "ferry-test-overlay", "--take-ownership", "--force-conflicts",
+		"--wait", "--timeout", "5m")
 	driverRegistered("after helm install")
 	t.Logf("installed through the chart in %s", time.Since(start).Round(100*time.Millisecond))
 	ca := caOf()
@@ -137,9 +136,19 @@ func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeeps
 	if _, err := kubectl(t, "", "get", "validatingadmissionpolicy", "ferry-crd-guard"); err != nil {
 		t.Fatalf("helm uninstall took the policy guarding the CRD: %v", err)
 	}
+	// The volume managers Ferry started in the namespace are not the
+	// release's: they outlive `helm uninstall`, with the tokens of service
+	// accounts it deleted (a reinstall makes new ones, which those tokens
+	// are not). The uninstall ends with the namespace, as the chart's
+	// README says; every copy stays.
+	must(t, "", "delete", "namespace", "ferry-system", "--wait=true", "--timeout=300s")
+	eventually(t, "the driver's namespace is gone", 300*time.Second, func() (bool, string) {
+		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
+		return err != nil && strings.Contains(err.Error(), "NotFound"), out
+	})
+	s.copiesKept(t, "by the namespace's deletion")
 
-	// The kustomize deployment again (the later stages' driver), on the
-	// chart's peer PKI.
+	// The kustomize deployment again (the later stages' driver).
 	cmd := exec.Command("../deploy.sh")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
