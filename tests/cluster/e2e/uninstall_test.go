@@ -21,10 +21,7 @@ func TestUninstallingTheDriverAndInstallingItAgainBringsBackEveryVolume(t *testi
 	s := writeAndStop(t, "keep")
 	start := time.Now()
 	must(t, "", "delete", "-k", "../../../deploy", "--ignore-not-found", "--wait=true", "--timeout=300s")
-	eventually(t, "the driver's namespace is gone", 300*time.Second, func() (bool, string) {
-		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
-		return err != nil && strings.Contains(err.Error(), "NotFound"), out
-	})
+	driverNamespaceGone(t)
 	t.Logf("driver uninstalled in %s", time.Since(start).Round(100*time.Millisecond))
 	if _, err := getRV(t, s.vol); err != nil {
 		t.Fatalf("the uninstall took the ReplicatedVolume: %v", err)
@@ -94,10 +91,7 @@ func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeeps
 		})
 	}
 	must(t, "", "delete", "-k", "../../../deploy", "--ignore-not-found", "--wait=true", "--timeout=300s")
-	eventually(t, "the driver's namespace is gone", 300*time.Second, func() (bool, string) {
-		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
-		return err != nil && strings.Contains(err.Error(), "NotFound"), out
-	})
+	driverNamespaceGone(t)
 	// The policies deploy/crds made become the release's, as a user
 	// moving over would do it: --take-ownership, and --force-conflicts
 	// since kubectl applied them (Helm 4 applies server-side).
@@ -142,10 +136,7 @@ func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeeps
 	// are not). The uninstall ends with the namespace, as the chart's
 	// README says; every copy stays.
 	must(t, "", "delete", "namespace", "ferry-system", "--wait=true", "--timeout=300s")
-	eventually(t, "the driver's namespace is gone", 300*time.Second, func() (bool, string) {
-		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
-		return err != nil && strings.Contains(err.Error(), "NotFound"), out
-	})
+	driverNamespaceGone(t)
 	s.copiesKept(t, "by the namespace's deletion")
 
 	// The kustomize deployment again (the later stages' driver).
@@ -157,4 +148,13 @@ func TestUninstallingTheKustomizeDeploymentAndInstallingThroughTheHelmChartKeeps
 	s.restart(t, "after the kustomize deployment came back")
 	waitReady(t, s.vol)
 	s.copiesKept(t, "after the kustomize deployment came back (received again?)")
+}
+
+// driverNamespaceGone waits until ferry-system is deleted.
+func driverNamespaceGone(t *testing.T) {
+	t.Helper()
+	eventually(t, "the driver's namespace is gone", 300*time.Second, func() (bool, string) {
+		out, err := kubectl(t, "", "get", "namespace", "ferry-system")
+		return err != nil && strings.Contains(err.Error(), "NotFound"), out
+	})
 }
