@@ -124,22 +124,25 @@ func TestATransferKilledMidStreamLeavesNothingPartialAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	reported, _ := st.Replica("b")
-	c.write("a", "more.bin", size)
-	// b starts only once a holds a snapshot taken after the whole write:
-	// its transfer is then one stream of all 64 MiB, not one of the few
-	// MiB a loaded machine's write had reached at a's last snapshot, which
-	// the sockets' buffers swallow whole so that a's zfs send is gone
-	// before b's transfer is killed (what the check in killMidStream
-	// refuses).
-	written, err := c.statusOf("a")
-	if err != nil {
-		t.Fatal(err)
+	newestSize := func() int64 {
+		list, err := stores["a"].ListSnapshots(ctx, c.id)
+		if err != nil || len(list) == 0 {
+			return 0
+		}
+		return list[len(list)-1].SizeBytes
 	}
-	c.eventually("a snapshotted after the write", 30*time.Second, func() bool {
-		s, err := c.statusOf("a")
-		// +1: a snapshot taken during the write may be reported only
-		// after the read above; the one after it follows the write.
-		return err == nil && s.Snapshot > written.Snapshot+1
+	sizeBefore := newestSize()
+	c.write("a", "more.bin", size)
+	// b starts only once a's newest snapshot holds the whole write (it
+	// references 64 MiB more; random data does not compress): b's
+	// transfer is then one stream of all of it, not one of the few MiB a
+	// loaded machine's write had reached at a's last snapshot, which the
+	// sockets' buffers swallow whole so that a's zfs send is gone before
+	// b's transfer is killed (what the check in killMidStream refuses).
+	// Not "a later snapshot number": on OpenZFS an idle primary takes
+	// none once the write is in one.
+	c.eventually("a's newest snapshot holds the whole write", 60*time.Second, func() bool {
+		return newestSize() >= sizeBefore+size
 	})
 	killMidStream("incremental transfer")
 	// Its last complete snapshot: the one it held when stopped, a later
