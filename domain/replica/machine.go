@@ -92,25 +92,53 @@ type Machine struct {
 	volumeGone  bool
 	left        bool
 	alerted     string // the conflict last alerted, so it is said once
-	// releaseAlerted, growAlerted and conformAlerted are the failures of
-	// their kind last alerted: one slot per kind, so that two standing
-	// alerts of different kinds are each said once instead of taking
-	// turns for ever (and starving every other action).
-	releaseAlerted, growAlerted, conformAlerted string
+	// releaseAlerted is the lost release last alerted: one slot per kind
+	// of alert (grow and conform keep theirs in retried), so that two
+	// standing alerts of different kinds are each said once instead of
+	// taking turns for ever (and starving every other action).
+	releaseAlerted string
 	// capacity is the local copy's size as last read or grown (known:
-	// read since the copy was last made by a full receive); growFailed
-	// why the last Grow failed (alerted once), growWait the ticks before
-	// it is tried again (replication goes on meanwhile).
+	// read since the copy was last made by a full receive); growing the
+	// retries of a failed Grow (replication goes on meanwhile).
 	capacity      int64
 	capacityKnown bool
-	growFailed    string
-	growWait      int
+	growing       retried
 	// props are the copy's native properties as last read or set (known
-	// with capacityKnown); conformFailed and conformWait as growFailed
-	// and growWait, for a Conform.
-	props         map[string]string
-	conformFailed string
-	conformWait   int
+	// with capacityKnown); conforming the retries of a failed Conform.
+	props      map[string]string
+	conforming retried
+}
+
+// retried is a copy's action that may fail without stopping replication
+// (Grow, Conform): why it last failed, alerted once, and the ticks before
+// it is tried again.
+type retried struct {
+	failed, alerted string
+	wait            int
+}
+
+// next is the alert of a failure not said yet, or whether the action
+// waits (ok false): nil, true when it may be tried.
+func (r *retried) next(event string) (Action, bool) {
+	if r.failed != "" && r.alerted != r.failed {
+		return Alert{Reason: r.failed, Event: event}, true
+	}
+	return nil, r.wait == 0
+}
+
+// done records the action's outcome.
+func (r *retried) done(err error, why string) {
+	if err != nil {
+		r.failed, r.wait = why, growRetryTicks
+		return
+	}
+	r.failed = ""
+}
+
+func (r *retried) tick() {
+	if r.wait > 0 {
+		r.wait--
+	}
 }
 
 // SnapshotEvery is the primary's snapshot interval in ticks: the
@@ -424,12 +452,8 @@ func (m *Machine) Step(ev Event) error {
 		m.ticks++
 		m.havePeer = false // the peer may have moved on
 		m.backoff = false
-		if m.growWait > 0 {
-			m.growWait--
-		}
-		if m.conformWait > 0 {
-			m.conformWait--
-		}
+		m.growing.tick()
+		m.conforming.tick()
 	case Terminate:
 		m.terminating = true
 		// The leave is judged on what the store holds now (its newest
@@ -584,29 +608,25 @@ func (m *Machine) done(e ActionDone) {
 		case a.Reason == m.releaseLost:
 			m.releaseAlerted = a.Reason
 		case a.Event == CopyCannotGrow:
-			m.growAlerted = a.Reason
+			m.growing.alerted = a.Reason
 		case a.Event == CopyCannotConform:
-			m.conformAlerted = a.Reason
+			m.conforming.alerted = a.Reason
 		default:
 			m.alerted = a.Reason
 		}
 	case Grow:
-		if e.Err != nil {
-			m.growFailed = fmt.Sprintf("this copy cannot grow to the volume's size, %d bytes (it is %d): %v", a.Bytes, m.capacity, e.Err)
-			m.growWait = growRetryTicks
-			return
+		m.growing.done(e.Err, fmt.Sprintf("this copy cannot grow to the volume's size, %d bytes (it is %d): %v", a.Bytes, m.capacity, e.Err))
+		if e.Err == nil {
+			m.capacity = a.Bytes
 		}
-		m.capacity, m.growFailed = a.Bytes, ""
 	case Conform:
-		if e.Err != nil {
-			m.conformFailed = fmt.Sprintf("this copy cannot take the volume's properties %v: %v", a.Properties, e.Err)
-			m.conformWait = growRetryTicks
-			return
+		m.conforming.done(e.Err, fmt.Sprintf("this copy cannot take the volume's properties %v: %v", a.Properties, e.Err))
+		if e.Err == nil {
+			props := make(map[string]string, len(m.props)+len(a.Properties))
+			maps.Copy(props, m.props)
+			maps.Copy(props, a.Properties)
+			m.props = props
 		}
-		props := make(map[string]string, len(m.props)+len(a.Properties))
-		maps.Copy(props, m.props)
-		maps.Copy(props, a.Properties)
-		m.props, m.conformFailed = props, ""
 	}
 }
 
@@ -765,11 +785,8 @@ func (m *Machine) grow() (Action, bool) {
 	if want <= 0 || !m.hasData || !m.capacityKnown || m.capacity >= want {
 		return nil, false
 	}
-	if m.growFailed != "" && m.growAlerted != m.growFailed {
-		return Alert{Reason: m.growFailed, Event: CopyCannotGrow}, true
-	}
-	if m.growWait > 0 {
-		return nil, false
+	if alert, ok := m.growing.next(CopyCannotGrow); alert != nil || !ok {
+		return alert, alert != nil
 	}
 	return Grow{Bytes: want}, true
 }
@@ -792,11 +809,8 @@ func (m *Machine) conform() (Action, bool) {
 	if differ == nil {
 		return nil, false
 	}
-	if m.conformFailed != "" && m.conformAlerted != m.conformFailed {
-		return Alert{Reason: m.conformFailed, Event: CopyCannotConform}, true
-	}
-	if m.conformWait > 0 {
-		return nil, false
+	if alert, ok := m.conforming.next(CopyCannotConform); alert != nil || !ok {
+		return alert, alert != nil
 	}
 	return Conform{Properties: differ}, true
 }
