@@ -42,9 +42,11 @@ func TestInitialFullSyncThenIncrementalsThenALateJoiner(t *testing.T) {
 	c.write("a", "second.bin", 5<<20)
 	sum = c.converged("a", "b")
 	t.Logf("incremental: b holds %s", sum)
-	if !c.logHas("b", "snapshot received", `"base":"ferry-`) {
-		t.Error("b never received an incremental stream")
-	}
+	// The data can be seen before the receive's log line is written (a
+	// loaded machine): the line is waited for.
+	c.eventually("b logged an incremental receive", 20*time.Second, func() bool {
+		return c.logHas("b", "snapshot received", `"base":"ferry-`)
+	})
 	c.start("c")
 	sum = c.converged("a", "b", "c")
 	t.Logf("late joiner: c holds %s", sum)
