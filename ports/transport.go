@@ -21,3 +21,15 @@ type Transport interface {
 	// refuses a dataset Ferry does not own.
 	Fetch(ctx context.Context, node replica.Node, req SendRequest) (io.ReadCloser, error)
 }
+
+// SnapshotPeers finds and fetches the CSI snapshots other nodes hold: a
+// restore scheduled to a node whose pool lacks its snapshot.
+type SnapshotPeers interface {
+	// CSISnapshots lists the CSI snapshots the peer on node holds of a
+	// volume, with Transport.Snapshots's errors (none from a peer of a
+	// release before them).
+	CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]SnapshotInfo, error)
+	// Fetch is Transport.Fetch: req.To a CSI snapshot's name in the store
+	// (volume.SnapshotRef.StoreName), sent whole (no From, no token).
+	Fetch(ctx context.Context, node replica.Node, req SendRequest) (io.ReadCloser, error)
+}

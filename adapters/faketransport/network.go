@@ -220,3 +220,19 @@ type Source interface {
 	ListSnapshots(ctx context.Context, id volume.ID) ([]ports.SnapshotInfo, error)
 	Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error)
 }
+
+// CSISnapshots lists node's CSI snapshots of a volume, with the store's
+// errors (ports.SnapshotPeers).
+func (n *Network) CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	list, err := n.Snapshots(ctx, node, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []ports.SnapshotInfo
+	for _, s := range list {
+		if volume.IsSnapshotStoreName(s.Name) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}

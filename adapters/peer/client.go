@@ -112,6 +112,27 @@ func fromStatus(node replica.Node, err error) error {
 
 // Snapshots lists the replication snapshots node holds of a volume.
 func (c *Client) Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	return c.list(ctx, node, id, false)
+}
+
+// CSISnapshots implements ports.SnapshotPeers: the CSI snapshots node
+// holds of a volume (none from a peer of a release before them, which
+// lists replication snapshots only: those are left out here).
+func (c *Client) CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	list, err := c.list(ctx, node, id, true)
+	if err != nil {
+		return nil, err
+	}
+	out := list[:0]
+	for _, s := range list {
+		if volume.IsSnapshotStoreName(s.Name) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) list(ctx context.Context, node replica.Node, id volume.ID, csi bool) ([]ports.SnapshotInfo, error) {
 	cc, err := c.conn(node)
 	if err != nil {
 		return nil, err
@@ -119,7 +140,7 @@ func (c *Client) Snapshots(ctx context.Context, node replica.Node, id volume.ID)
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	var resp SnapshotsResponse
-	if err := cc.Invoke(ctx, methodSnapshots, &SnapshotsRequest{Volume: string(id)}, &resp); err != nil {
+	if err := cc.Invoke(ctx, methodSnapshots, &SnapshotsRequest{Volume: string(id), CSI: csi}, &resp); err != nil {
 		return nil, fromStatus(node, err)
 	}
 	out := make([]ports.SnapshotInfo, 0, len(resp.Snapshots))

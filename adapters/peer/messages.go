@@ -6,9 +6,13 @@ import (
 	"github.com/ferry-csi/ferry/domain/volume"
 )
 
-// SnapshotsRequest asks for a volume's replication snapshots.
+// SnapshotsRequest asks for a volume's replication snapshots, or with CSI
+// for its CSI snapshots instead (a restore on a node without the
+// snapshot; a server before them ignores the field and lists replication
+// snapshots, none of which a restore takes for its snapshot).
 type SnapshotsRequest struct {
 	Volume string `json:"volume"`
+	CSI    bool   `json:"csi,omitempty"`
 }
 
 // SnapshotsResponse lists them, oldest first.
@@ -25,7 +29,9 @@ type Snapshot struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 }
 
-// SendRequest asks for a stream of To, incremental from From when set.
+// SendRequest asks for a stream of To, incremental from From when set. To
+// is a replication snapshot, or a CSI snapshot (its name in the store,
+// volume.IsSnapshotStoreName) sent whole: no From, no ResumeToken.
 type SendRequest struct {
 	Volume      string `json:"volume"`
 	From        string `json:"from,omitempty"`

@@ -104,6 +104,39 @@ func TestSnapshotsListsOnlyReplicationSnapshots(t *testing.T) {
 	}
 }
 
+// A restore on another node: the CSI snapshots are listed when asked
+// for (and only then), and one is fetched whole.
+func TestCSISnapshotsAreListedApartAndFetchedWhole(t *testing.T) {
+	src := withVolume(t, []byte("restore me"))
+	if _, err := src.CreateSnapshot(ctx, "vol-1", "not-ferrys", nil); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, src)
+	list, err := e.client.CSISnapshots(ctx, "node-a", "vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "csi-user-snap" || list[0].Volume != "vol-1" {
+		t.Fatalf("CSISnapshots = %+v; want only csi-user-snap", list)
+	}
+	r, err := e.client.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := memstore.New(t.TempDir(), 10<<30, 2)
+	if err := dst.Receive(ctx, "restored", r); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	info, _ := dst.GetVolume(ctx, "restored")
+	if got, err := os.ReadFile(filepath.Join(info.MountPath, "data")); err != nil || string(got) != "restore me" {
+		t.Fatalf("restored %q (%v)", got, err)
+	}
+	if _, err := e.client.CSISnapshots(ctx, "node-a", "nope"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("missing volume: %v, want ErrNotFound", err)
+	}
+}
+
 func TestFetchStreamsASnapshotIntoAnotherStoreOverMutualTLS(t *testing.T) {
 	content := bytes.Repeat([]byte("ferry peer stream "), 300_000) // ~5 MiB: several chunks
 	src := withVolume(t, content)
@@ -160,7 +193,11 @@ func TestThePeerServiceRefusesForeignDatasetsAndHostileNamesAndLogsIt(t *testing
 		{"a dataset Ferry does not own", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1"}, ports.ErrNotOwned},
 		{"a path with ../", ports.SendRequest{Volume: "../../etc", To: "ferry-1-1"}, ports.ErrInvalid},
 		{"another pool's dataset", ports.SendRequest{Volume: "tank/secret", To: "ferry-1-1"}, ports.ErrInvalid},
-		{"a snapshot that is not a replication snapshot", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"}, ports.ErrInvalid},
+		{"a snapshot that is neither a replication nor a CSI snapshot", ports.SendRequest{Volume: "vol-1", To: "user-snap"}, ports.ErrInvalid},
+		{"a CSI snapshot asked as an increment", ports.SendRequest{Volume: "vol-1", From: "ferry-1-1", To: "csi-user-snap"}, ports.ErrInvalid},
+		{"a CSI snapshot with a resume token", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap", ResumeToken: "1-abc"}, ports.ErrInvalid},
+		{"a CSI snapshot name with a path", ports.SendRequest{Volume: "vol-1", To: "csi-../../x"}, ports.ErrInvalid},
+		{"a CSI snapshot of a dataset Ferry does not own", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"}, ports.ErrNotOwned},
 		{"a base with shell metacharacters", ports.SendRequest{Volume: "vol-1", From: "ferry-1-1;rm -rf /", To: "ferry-1-2"}, ports.ErrInvalid},
 		{"a malformed resume token", ports.SendRequest{Volume: "vol-1", To: "ferry-1-1", ResumeToken: "$(reboot)"}, ports.ErrInvalid},
 	}

@@ -149,8 +149,8 @@ func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*Snapsho
 	}
 	resp := &SnapshotsResponse{Snapshots: []Snapshot{}}
 	for _, sn := range list {
-		if _, _, ok := replica.ParseSnapshotName(sn.Name); !ok {
-			continue // only replication snapshots cross the wire
+		if !listed(sn.Name, req.CSI) {
+			continue // nothing but the kind asked for crosses the wire
 		}
 		resp.Snapshots = append(resp.Snapshots, Snapshot{Name: sn.Name, GUID: sn.GUID, CreateTxg: sn.CreateTxg, SizeBytes: sn.SizeBytes, Metadata: sn.Metadata})
 	}
@@ -204,8 +204,20 @@ func (s *Server) storeError(ctx context.Context, err error, fields ...zap.Field)
 	return status.Error(codes.Internal, err.Error())
 }
 
+// listed: the snapshot is of the kind a listing asked for, replication
+// snapshots or (csi) CSI snapshots; nothing else in the dataset is named.
+func listed(name string, csi bool) bool {
+	if csi {
+		return volume.IsSnapshotStoreName(name)
+	}
+	_, _, ok := replica.ParseSnapshotName(name)
+	return ok
+}
+
 // validate turns a wire request into a store request, refusing anything
-// that is not a Ferry volume ID and replication snapshot names.
+// that is not a Ferry volume ID and replication snapshot names, or a CSI
+// snapshot's name asked whole (a restore on another node: no base, no
+// resume token).
 func validate(req *SendRequest) (ports.SendRequest, error) {
 	id, err := volume.ParseID("volume", req.Volume)
 	if err != nil {
@@ -215,8 +227,14 @@ func validate(req *SendRequest) (ports.SendRequest, error) {
 	if !validToken(req.ResumeToken) {
 		return out, fmt.Errorf("resume token %q is malformed", truncate(req.ResumeToken))
 	}
+	if volume.IsSnapshotStoreName(req.To) {
+		if req.From != "" || req.ResumeToken != "" {
+			return out, fmt.Errorf("CSI snapshot %q is sent whole only: no base snapshot, no resume token", truncate(req.To))
+		}
+		return out, nil
+	}
 	if _, _, ok := replica.ParseSnapshotName(req.To); !ok {
-		return out, fmt.Errorf("snapshot %q is not a replication snapshot (ferry-<n>)", truncate(req.To))
+		return out, fmt.Errorf("snapshot %q is neither a replication snapshot (ferry-<n>) nor a CSI snapshot (csi-<name>)", truncate(req.To))
 	}
 	if req.From != "" {
 		if _, _, ok := replica.ParseSnapshotName(req.From); !ok {

@@ -50,6 +50,9 @@ type Service struct {
 	// repl, when set, replicates volumes whose replication factor is 2 or
 	// more (WithReplication).
 	repl Replication
+	// peers, when set, hold the CSI snapshots this node's pool lacks
+	// (WithPeers).
+	peers Peers
 }
 
 // New returns the controller use cases over store. mounts is the
@@ -96,6 +99,22 @@ type Replication struct {
 // runs the secondaries. Volumes of factor 1 stay plain node-local
 // datasets.
 func WithReplication(r Replication) Option { return func(c *Service) { c.repl = r } }
+
+// Peers is where a restore finds a CSI snapshot this node's pool lacks:
+// the volume was snapshotted on another node (its primary of the time),
+// and the scheduler put the restored claim's pod here.
+type Peers struct {
+	// Transport lists and fetches the other nodes' CSI snapshots.
+	Transport ports.SnapshotPeers
+	// Nodes are the nodes to ask (Kubernetes: every node with a Ferry
+	// lease), after the source volume's copies (Replication.Cluster).
+	Nodes ports.NodeLeases
+}
+
+// WithPeers makes a restore fetch its snapshot from the node that holds
+// it when this node's pool does not (over the peer stream, whole); without
+// it such a restore answers NotFound.
+func WithPeers(p Peers) Option { return func(c *Service) { c.peers = p } }
 
 // CreateVolumeRequest is a CreateVolume call as the CSI adapter received
 // it, checked once by volume.ParseCreate.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"go.uber.org/zap"
 
 	"github.com/ferry-csi/ferry/app/refusal"
+	"github.com/ferry-csi/ferry/domain/placement"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -21,7 +25,7 @@ func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID 
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("source snapshot %q: %w", snapshotID, ports.ErrNotFound)
 	}
-	snap, err := c.findSnapshot(ctx, ref)
+	snap, from, err := c.findSnapshotOrPeer(ctx, ref)
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
@@ -29,7 +33,74 @@ func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID 
 	if snap.SizeBytes > t.size {
 		return ports.VolumeInfo{}, fmt.Errorf("%w: snapshot %s holds %d bytes, more than the %d requested", volume.ErrOutOfRange, snapshotID, snap.SizeBytes, t.size)
 	}
-	return c.copy(ctx, t, ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()})
+	req := ports.SendRequest{Volume: ref.Volume, To: ref.StoreName()}
+	if from == "" {
+		return c.copy(ctx, t, req)
+	}
+	// Another node's: fetched over the peer stream, as a copy is.
+	if f, ok := c.store.(ports.StreamFeaturer); ok {
+		req.Accept = f.StreamFeatures()
+	}
+	c.log.Info("restoring a snapshot from a peer", zap.String("snapshot", ref.ID()), zap.String("peer", string(from)),
+		zap.String("volume", string(t.id)), zap.Int64("bytes", snap.SizeBytes))
+	return c.receiveCopy(ctx, t, req, func(ctx context.Context) (io.ReadCloser, error) {
+		return c.peers.Transport.Fetch(ctx, from, req)
+	})
+}
+
+// findSnapshotOrPeer finds a CSI snapshot in this node's pool, else (with
+// WithPeers) on the first peer that holds it (placement.SnapshotSources:
+// the volume's copies first, then every node with a lease). ErrNotFound
+// when no node answered that it holds it and every node answered;
+// ErrUnavailable when one that might hold it did not answer.
+func (c *Service) findSnapshotOrPeer(ctx context.Context, ref volume.SnapshotRef) (ports.SnapshotInfo, replica.Node, error) {
+	snap, err := c.findSnapshot(ctx, ref)
+	if !errors.Is(err, ports.ErrNotFound) || c.peers.Transport == nil {
+		return snap, "", err
+	}
+	var copies, nodes []replica.Node
+	if c.repl.Cluster != nil {
+		if st, err := c.repl.Cluster.Get(ctx, ref.Volume); err == nil {
+			for _, r := range st.Replicas {
+				copies = append(copies, r.Node)
+			}
+		}
+	}
+	leases, lerr := c.peers.Nodes.Leases(ctx)
+	if lerr != nil {
+		c.log.Warn("the nodes to ask for a snapshot are not known: asking the volume's copies only", zap.String("snapshot", ref.ID()), zap.Error(lerr))
+	}
+	for n := range leases {
+		nodes = append(nodes, n)
+	}
+	var answers []string
+	unavailable := lerr != nil
+	for _, n := range placement.SnapshotSources(c.cfg.Node, copies, nodes) {
+		list, err := c.peers.Transport.CSISnapshots(ctx, n, ref.Volume)
+		if ctx.Err() != nil {
+			return ports.SnapshotInfo{}, "", ctx.Err()
+		}
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+			answers = append(answers, fmt.Sprintf("%s: no such volume", n))
+			continue
+		case err != nil:
+			unavailable = unavailable || !errors.Is(err, ports.ErrNotOwned)
+			answers = append(answers, fmt.Sprintf("%s: %v", n, err))
+			continue
+		}
+		for _, s := range list {
+			if s.Name == ref.StoreName() {
+				return s, n, nil
+			}
+		}
+		answers = append(answers, fmt.Sprintf("%s: not there", n))
+	}
+	kind := ports.ErrNotFound
+	if unavailable {
+		kind = ports.ErrUnavailable
+	}
+	return ports.SnapshotInfo{}, "", fmt.Errorf("snapshot %s is not in this node's pool, nor on a peer (%s): %w", ref.ID(), strings.Join(answers, "; "), kind)
 }
 
 // copyFromVolume copies a volume through a temporary snapshot of it.
@@ -97,13 +168,22 @@ type newVolume struct {
 // carries none) and the metadata; on any failure it destroys what it made.
 // Metadata goes last: a volume without its name is recognised as an
 // incomplete copy by a retried CreateVolume.
-func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) (info ports.VolumeInfo, err error) {
-	id := t.id
-	stream, err := c.store.Send(ctx, req)
-	if err != nil {
+func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) (ports.VolumeInfo, error) {
+	return c.receiveCopy(ctx, t, req, func(ctx context.Context) (io.ReadCloser, error) {
+		stream, err := c.store.Send(ctx, req)
 		if errors.Is(err, volume.ErrNotFerrysKey) {
-			c.sendRefused(ctx, req.Volume, id, err)
+			c.sendRefused(ctx, req.Volume, t.id, err)
 		}
+		return stream, err
+	})
+}
+
+// receiveCopy is copy with the stream of req from open (this node's pool,
+// or a peer's).
+func (c *Service) receiveCopy(ctx context.Context, t newVolume, req ports.SendRequest, open func(context.Context) (io.ReadCloser, error)) (info ports.VolumeInfo, err error) {
+	id := t.id
+	stream, err := open(ctx)
+	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
 	defer stream.Close()

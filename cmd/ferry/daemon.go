@@ -154,17 +154,27 @@ func csiModule(o *Options) fx.Option {
 			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
 				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
 			},
-			func(uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) csiServices {
+			func(lc fx.Lifecycle, uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
 				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					ctrl := provision.New(cfg, s, mt, log, controllerReplication(api, events)...)
+					opts := controllerReplication(api, events)
+					if api != nil {
+						// A restore scheduled here whose snapshot another
+						// node holds fetches it from there.
+						client, err := peerClient(lc, o.PeerOptions, o.Namespace, api, log)
+						if err != nil {
+							return svc, err
+						}
+						opts = append(opts, provision.WithPeers(provision.Peers{Transport: client, Nodes: peerdir.NewLeases(api.kube, o.Namespace)}))
+					}
+					ctrl := provision.New(cfg, s, mt, log, opts...)
 					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
 				}
-				return svc
+				return svc, nil
 			},
 			csiServer,
 		),

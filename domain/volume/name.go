@@ -142,3 +142,23 @@ func SnapshotRefFromStore(vol ID, storeName, recorded string) (SnapshotRef, bool
 	ref := SnapshotRef{Volume: vol, Name: name}
 	return ref, ref.StoreName() == storeName
 }
+
+// IsSnapshotStoreName reports whether s is a name StoreName gives: a
+// short one ("csi-" and a valid CSI name, at most 48 bytes) or a hashed
+// one ("csi--" and 32 lower-case hex digits). A peer is served a CSI
+// snapshot by such a name only (adapters/peer).
+func IsSnapshotStoreName(s string) bool {
+	if digest, ok := strings.CutPrefix(s, hashedSnapshotPrefix); ok {
+		if len(digest) != 32 {
+			return false
+		}
+		for i := 0; i < len(digest); i++ {
+			if c := digest[i]; !('0' <= c && c <= '9') && !('a' <= c && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	name, ok := strings.CutPrefix(s, csiSnapshotPrefix)
+	return ok && len(s) <= shortSnapshotName && checkName("snapshot", name, MaxSnapshotNameLength) == nil
+}

@@ -87,3 +87,25 @@ func TestSnapshotIDsRoundTripAndStayApartFromReplicationSnapshots(t *testing.T) 
 		}
 	}
 }
+
+func TestOnlyNamesStoreNameGivesAreSnapshotStoreNames(t *testing.T) {
+	long := SnapshotRef{Volume: "v", Name: strings.Repeat("s", 100)}
+	for _, name := range []string{
+		SnapshotRef{Volume: "v", Name: "snap-1"}.StoreName(),
+		long.StoreName(),
+		"csi-a.b_c",
+	} {
+		if !IsSnapshotStoreName(name) {
+			t.Errorf("IsSnapshotStoreName(%q) = false, want true", name)
+		}
+	}
+	for _, name := range []string{
+		"", "csi-", "csi--", "ferry-12", "snap", "csi-../x", "csi-a/b", "csi-a@b", "csi- a", "csi-.a",
+		"csi--" + strings.Repeat("A", 32), "csi--" + strings.Repeat("a", 31), "csi--" + strings.Repeat("a", 33),
+		"csi-" + strings.Repeat("s", 45), // longer than StoreName ever gives
+	} {
+		if IsSnapshotStoreName(name) {
+			t.Errorf("IsSnapshotStoreName(%q) = true, want false", name)
+		}
+	}
+}

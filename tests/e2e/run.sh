@@ -49,15 +49,14 @@ SKIP+='|\((xfs|ext3|ext4|ntfs)\)'
 #    PID 1's mount namespace (refused in this sandbox, even to root) and
 #    reads /var/lib/kubelet/pods (each test kubelet has a root dir of its own);
 SKIP+='|volumeMode should not mount / map unused volumes in a pod'
-#  - limits of node-local snapshots and of distributed snapshotting:
-#    provisioning's "restoring snapshot to larger size pvc" starts its pod
-#    with no node selection (the framework's CreatePod), so the scheduler may
-#    put the restored volume on a node without the snapshot (Ferry cannot
-#    restore across nodes yet: NotFound); the Pre-provisioned Snapshot
+#  - a limit of distributed snapshotting: the Pre-provisioned Snapshot
 #    patterns create a VolumeSnapshotContent without the
 #    snapshot.storage.kubernetes.io/managed-by label, and csi-snapshotter
 #    --node-deployment reconciles only contents labelled with its node.
-SKIP+='|restoring snapshot to larger size pvc|\[Testpattern: Pre-provisioned Snapshot'
+#    (provisioning's "restoring snapshot to larger size pvc", whose pod the
+#    scheduler may put on a node without the snapshot, runs: the restore
+#    fetches it from the node that holds it.)
+SKIP+='|\[Testpattern: Pre-provisioned Snapshot'
 [ "${E2E_SLOW:-1}" = 1 ] || SKIP+='|\[Slow\]'
 [ -z "${E2E_SKIP:-}" ] || SKIP+="|$E2E_SKIP"
 LABELS='!Serial && !Disruptive && !Flaky && Feature: isSubsetOf {VolumeSnapshotDataSource}'

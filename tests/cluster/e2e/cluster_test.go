@@ -218,10 +218,27 @@ spec: {volumeSnapshotClassName: ferry-snapshots, source: {persistentVolumeClaimN
 	// Overwritten after the snapshot: the restore must not see it.
 	writeRandom(t, ns, "writer", "blob", 2048)
 	must(t, pvcYAML("restored", "64Mi", "snap"), "-n", ns, "apply", "-f", "-")
-	// A restore is made on the node holding the snapshot.
+	// A restore on the node holding the snapshot.
 	runPod(t, ns, "reader", "restored", node)
 	if got := checksum(t, ns, "reader", "blob"); got != sum {
 		t.Fatalf("the restored volume reads %s, the snapshot held %s", got, sum)
+	}
+	// And on another node, whose pool lacks it: fetched from the node
+	// that holds it, over the peer stream (only the new volume comes).
+	other := "node1"
+	if node == "node1" {
+		other = "node2"
+	}
+	must(t, pvcYAML("elsewhere", "96Mi", "snap"), "-n", ns, "apply", "-f", "-")
+	if got := runPod(t, ns, "far-reader", "elsewhere", other); got != other {
+		t.Fatalf("the restore's pod runs on %s, want %s", got, other)
+	}
+	if got := checksum(t, ns, "far-reader", "blob"); got != sum {
+		t.Fatalf("the volume restored on %s reads %s, the snapshot held %s", other, got, sum)
+	}
+	srcVol := strings.TrimSpace(must(t, "", "-n", ns, "get", "pvc", "src", "-o", "jsonpath={.spec.volumeName}"))
+	if datasetExists(t, other, srcVol) {
+		t.Fatalf("the source volume %s appeared on %s: the restore should bring the snapshot's data only", srcVol, other)
 	}
 }
 

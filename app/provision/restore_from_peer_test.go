@@ -1,0 +1,200 @@
+package provision_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/ferry-csi/ferry/adapters/fakecluster"
+	"github.com/ferry-csi/ferry/adapters/faketransport"
+	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/domain/replica"
+	"github.com/ferry-csi/ferry/domain/volume"
+	"github.com/ferry-csi/ferry/ports"
+)
+
+// leases is the nodes with a Ferry lease.
+type leases []replica.Node
+
+func (l leases) Leases(context.Context) (map[replica.Node]ports.LeaseRecord, error) {
+	m := map[replica.Node]ports.LeaseRecord{}
+	for _, n := range l {
+		m[n] = ports.LeaseRecord{Value: "1"}
+	}
+	return m, nil
+}
+
+// askLog records which nodes were asked for CSI snapshots, in order.
+type askLog struct {
+	*faketransport.Network
+	mu    sync.Mutex
+	asked []replica.Node
+}
+
+func (a *askLog) CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	a.mu.Lock()
+	a.asked = append(a.asked, node)
+	a.mu.Unlock()
+	return a.Network.CSISnapshots(ctx, node, id)
+}
+
+// peerRestore is three nodes: node-2 holds volume src and its CSI snapshot
+// s1 (a file written before it, another after); node-1 restores; node-3
+// holds nothing.
+type peerRestore struct {
+	net            *askLog
+	n1, n2, n3     *memstore.Store
+	restorer       *provision.Service
+	states         *fakecluster.Store
+	n1Dir, srcPath string
+}
+
+func newPeerRestore(t *testing.T) *peerRestore {
+	t.Helper()
+	p := &peerRestore{net: &askLog{Network: faketransport.New()}, states: fakecluster.New(), n1Dir: t.TempDir()}
+	p.n1, p.n2, p.n3 = memstore.New(p.n1Dir, 1<<30, 1), memstore.New(t.TempDir(), 1<<30, 2), memstore.New(t.TempDir(), 1<<30, 3)
+	p.net.Add("node-1", p.n1)
+	p.net.Add("node-2", p.n2)
+	p.net.Add("node-3", p.n3)
+	src := provision.New(provision.Config{Node: "node-2", Pool: "ferry"}, p.n2, noMounts{}, zap.NewNop())
+	v, err := src.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "src", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB}, Capabilities: rw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := p.n2.GetVolume(ctx, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.srcPath = info.MountPath
+	write(t, filepath.Join(p.srcPath, "before"), "in the snapshot")
+	if _, err := src.CreateSnapshot(ctx, "s1", "src"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(p.srcPath, "after"), "not in the snapshot")
+	p.restorer = provision.New(cfg, p.n1, noMounts{}, zap.NewNop(),
+		provision.WithReplication(provision.Replication{Cluster: p.states}),
+		provision.WithPeers(provision.Peers{Transport: p.net, Nodes: leases{"node-1", "node-2", "node-3"}}))
+	return p
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestARestoreOnANodeWithoutTheSnapshotFetchesItWholeFromThePeerThatHoldsIt(t *testing.T) {
+	p := newPeerRestore(t)
+	req := provision.CreateVolumeRequest{Name: "restored", Capacity: volume.CapacityRange{RequiredBytes: 2 * volume.MiB}, Capabilities: rw, SourceSnapshotID: "src@s1",
+		Parameters: map[string]string{"compression": "on"}}
+	v, err := p.restorer.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Node != "node-1" || v.SourceSnapshotID != "src@s1" || v.CapacityBytes != 2*volume.MiB {
+		t.Fatalf("volume %+v: want it on node-1, of 2 MiB, from src@s1", v)
+	}
+	info, err := p.n1.GetVolume(ctx, "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(info.MountPath, "before")); err != nil || string(b) != "in the snapshot" {
+		t.Fatalf("restored file: %q, %v: want the snapshot's data", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(info.MountPath, "after")); !os.IsNotExist(err) {
+		t.Fatalf("a file written after the snapshot is in the restore: %v", err)
+	}
+	if info.Metadata[ports.MetaName] != "restored" || info.Properties["compression"] != "on" {
+		t.Fatalf("restored volume %+v: want its name recorded and the class's properties", info)
+	}
+	// Only the new volume is made here: no copy of src, no snapshot left.
+	if _, err := p.n1.GetVolume(ctx, "src"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("the source volume appeared on the restoring node: %v", err)
+	}
+	if snaps, _ := p.n1.ListSnapshots(ctx, "restored"); len(snaps) != 0 {
+		t.Fatalf("the restored volume keeps snapshots %v", snaps)
+	}
+	// A retried CreateVolume answers the same volume, fetching nothing.
+	asked := len(p.net.asked)
+	if again, err := p.restorer.CreateVolume(ctx, req); err != nil || again.ID != v.ID {
+		t.Fatalf("retry: %+v, %v", again, err)
+	}
+	if len(p.net.asked) != asked {
+		t.Fatalf("a retry of a restore done asked the peers again: %v", p.net.asked[asked:])
+	}
+}
+
+func TestARestoreAsksTheSourceVolumesCopiesFirst(t *testing.T) {
+	p := newPeerRestore(t)
+	// Its ReplicatedVolume lists a copy on node-3 (which, here, holds
+	// nothing): asked before node-2, which comes first by name.
+	if _, err := p.states.Create(ctx, replica.State{Volume: "src", ReplicationFactor: 2, Epoch: 1, Primary: "node-3",
+		Replicas: []replica.Replica{{Node: "node-3", Active: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "restored", Capabilities: rw, SourceSnapshotID: "src@s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []replica.Node{"node-3", "node-2"}; !slices.Equal(p.net.asked, want) {
+		t.Fatalf("asked %v, want %v (the copies first)", p.net.asked, want)
+	}
+}
+
+func TestARestoreWhoseSnapshotNoNodeHoldsIsNotFoundAndOneWhosePeerIsAwayIsUnavailable(t *testing.T) {
+	p := newPeerRestore(t)
+	_, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "r1", Capabilities: rw, SourceSnapshotID: "src@nope"})
+	if !errors.Is(err, ports.ErrNotFound) || !strings.Contains(err.Error(), "node-2: not there") || !strings.Contains(err.Error(), "node-3: no such volume") {
+		t.Fatalf("err = %v: want NotFound saying what each node answered", err)
+	}
+	if !slices.Equal(p.net.asked, []replica.Node{"node-2", "node-3"}) {
+		t.Fatalf("asked %v: want every other node once, never itself", p.net.asked)
+	}
+	p.net.Cut("node-2")
+	_, err = p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "r2", Capabilities: rw, SourceSnapshotID: "src@s1"})
+	if !errors.Is(err, ports.ErrUnavailable) || errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("err = %v: want Unavailable while the node that may hold it does not answer", err)
+	}
+	for _, id := range []volume.ID{"r1", "r2"} {
+		if _, err := p.n1.GetVolume(ctx, id); !errors.Is(err, ports.ErrNotFound) {
+			t.Fatalf("a failed restore left volume %s: %v", id, err)
+		}
+	}
+	p.net.Heal("node-2")
+	if _, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "r2", Capabilities: rw, SourceSnapshotID: "src@s1"}); err != nil {
+		t.Fatalf("once the peer answers again: %v", err)
+	}
+}
+
+func TestARestoreFromAPeerTooLargeForTheRequestIsRefusedBeforeAnyTransfer(t *testing.T) {
+	p := newPeerRestore(t)
+	write(t, filepath.Join(p.srcPath, "big"), strings.Repeat("x", 3<<20))
+	if _, err := p.n2.CreateSnapshot(ctx, "src", volume.SnapshotRef{Volume: "src", Name: "s2"}.StoreName(), nil); err != nil {
+		t.Fatal(err)
+	}
+	p.net.BreakStreams("node-2", 0) // any stream would fail: none is asked
+	_, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "small", Capacity: volume.CapacityRange{RequiredBytes: volume.MiB, LimitBytes: volume.MiB}, Capabilities: rw, SourceSnapshotID: "src@s2"})
+	if !errors.Is(err, volume.ErrOutOfRange) {
+		t.Fatalf("err = %v, want OutOfRange", err)
+	}
+}
+
+// Without WithPeers a restore stays on the node holding its snapshot.
+func TestWithoutPeersARestoreOfAnotherNodesSnapshotIsNotFound(t *testing.T) {
+	p := newPeerRestore(t)
+	alone := provision.New(cfg, p.n1, noMounts{}, zap.NewNop())
+	if _, err := alone.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "r", Capabilities: rw, SourceSnapshotID: "src@s1"}); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("err = %v, want NotFound", err)
+	}
+	if len(p.net.asked) != 0 {
+		t.Fatalf("asked %v", p.net.asked)
+	}
+}
