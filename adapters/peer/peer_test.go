@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -317,5 +318,31 @@ func TestAPromiseIsAskedOverThePeerChannel(t *testing.T) {
 	}
 	if len(asked) != 2 || asked[0] != "node-b" || asked[1] != "node-b" {
 		t.Fatalf("the observer was asked for %v", asked)
+	}
+}
+
+// A CSI snapshot leaves its node only for a peer whose certificate names
+// a node (a daemon restoring it), not for the shared certificate every
+// volume manager mounts; replication snapshots are served to both.
+func TestCSISnapshotsAreRefusedToTheSharedCertificate(t *testing.T) {
+	e := start(t, withVolume(t, []byte("x")))
+	shared, err := e.ca.Issue("ferry-peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := peer.ClientTLS(peer.TLSFiles{Cert: shared.Cert, Key: shared.Key, CA: shared.CA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := peer.NewClient(func(replica.Node) (string, error) { return e.addr, nil }, creds)
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.CSISnapshots(ctx, "node-a", "vol-1"); !errors.Is(err, ports.ErrNotOwned) || !strings.Contains(err.Error(), "names its node") {
+		t.Fatalf("CSISnapshots with the shared certificate: %v, want refused", err)
+	}
+	if _, err := c.Fetch(ctx, "node-a", ports.SendRequest{Volume: "vol-1", To: "csi-user-snap"}); !errors.Is(err, ports.ErrNotOwned) || !strings.Contains(err.Error(), "names its node") {
+		t.Fatalf("Fetch of a CSI snapshot with the shared certificate: %v, want refused", err)
+	}
+	if list, err := c.Snapshots(ctx, "node-a", "vol-1"); err != nil || len(list) != 1 {
+		t.Fatalf("replication snapshots with the shared certificate: %v, %v", list, err)
 	}
 }

@@ -143,6 +143,11 @@ func (s *Server) snapshots(ctx context.Context, req *SnapshotsRequest) (*Snapsho
 	if err != nil {
 		return nil, s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
 	}
+	if req.CSI {
+		if err := nodesOnly(ctx); err != nil {
+			return nil, s.refuse(ctx, codes.PermissionDenied, err, zap.String("volume", string(id)))
+		}
+	}
 	list, err := s.store.ListSnapshots(ctx, id)
 	if err != nil {
 		return nil, s.storeError(ctx, err, zap.String("volume", string(id)))
@@ -204,6 +209,17 @@ func (s *Server) storeError(ctx context.Context, err error, fields ...zap.Field)
 	return status.Error(codes.Internal, err.Error())
 }
 
+// nodesOnly refuses a CSI snapshot (a volume of one copy has no other
+// way to leave its node) to a peer whose certificate names no node: the
+// shared certificate every volume manager mounts, or no TLS at all. A
+// restore asks from a node's daemon, which holds its node's own.
+func nodesOnly(ctx context.Context) error {
+	if _, named := NodeOf(ctx); !named {
+		return errors.New("CSI snapshots are served only to a peer whose certificate names its node")
+	}
+	return nil
+}
+
 // listed: the snapshot is of the kind a listing asked for, replication
 // snapshots or (csi) CSI snapshots; nothing else in the dataset is named.
 func listed(name string, csi bool) bool {
@@ -249,6 +265,11 @@ func (s *Server) send(req *SendRequest, stream grpc.ServerStream) error {
 	sreq, err := validate(req)
 	if err != nil {
 		return s.refuse(ctx, codes.InvalidArgument, err, zap.String("volume", truncate(req.Volume)))
+	}
+	if volume.IsSnapshotStoreName(sreq.To) {
+		if err := nodesOnly(ctx); err != nil {
+			return s.refuse(ctx, codes.PermissionDenied, err, zap.String("volume", string(sreq.Volume)))
+		}
 	}
 	// A client of a version before raw streams is served plaintext
 	// volumes only: an encrypted one is refused, never sent otherwise.

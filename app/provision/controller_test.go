@@ -250,3 +250,17 @@ func TestCapacityOfAnEncryptedClassIsZeroWhereThePoolCannotEncrypt(t *testing.T)
 		t.Fatalf("a pool that can encrypt: %d, %v", n, err)
 	}
 }
+
+// What a failed receive kept to be resumed is dropped: a retry streams
+// again from the start, and nothing is left in the pool meanwhile.
+func TestACopyWhoseReceiveFailsDiscardsThePartialReceive(t *testing.T) {
+	c, store := newController(t)
+	store.EXPECT().GetVolume(gomock.Any(), volume.ID("new")).Return(ports.VolumeInfo{}, notFound("new"))
+	store.EXPECT().ListSnapshots(gomock.Any(), volume.ID("src")).Return([]ports.SnapshotInfo{{Volume: "src", Name: "csi-s1", SizeBytes: 10}}, nil)
+	store.EXPECT().Send(gomock.Any(), ports.SendRequest{Volume: "src", To: "csi-s1"}).Return(io.NopCloser(strings.NewReader("stream")), nil)
+	store.EXPECT().Receive(gomock.Any(), volume.ID("new"), gomock.Any()).Return(errors.New("zfs recv: stream cut"))
+	store.EXPECT().DiscardPartial(gomock.Any(), volume.ID("new")).Return(nil)
+	if _, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "new", Capabilities: rw, SourceSnapshotID: "src@s1"}); err == nil {
+		t.Fatal("a failed receive made a volume")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -43,10 +45,30 @@ func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID 
 	}
 	c.log.Info("restoring a snapshot from a peer", zap.String("snapshot", ref.ID()), zap.String("peer", string(from)),
 		zap.String("volume", string(t.id)), zap.Int64("bytes", snap.SizeBytes))
-	return c.receiveCopy(ctx, t, req, func(ctx context.Context) (io.ReadCloser, error) {
+	// The transfer is not bound to this call: a snapshot larger than what
+	// the provisioner's timeout lets through would otherwise start over at
+	// every retry and never end. It goes on after the call gave up, under
+	// the volume's lock, so that a retry meanwhile answers Aborted
+	// (refusal.ErrPending) and the one after it finds the volume made. A
+	// peer that stops sending is cut off by the transport (its stream's
+	// idle timeout).
+	start := time.Now()
+	info, err := c.receiveCopy(context.WithoutCancel(ctx), t, req, func(ctx context.Context) (io.ReadCloser, error) {
 		return c.peers.Transport.Fetch(ctx, from, req)
-	})
+	}, snap.GUID)
+	if err != nil {
+		c.log.Warn("restoring a snapshot from a peer failed", zap.String("snapshot", ref.ID()), zap.String("peer", string(from)),
+			zap.String("volume", string(t.id)), zap.Error(err))
+		return info, err
+	}
+	c.log.Info("snapshot restored from a peer", zap.String("snapshot", ref.ID()), zap.String("peer", string(from)),
+		zap.String("volume", string(t.id)), zap.Duration("took", time.Since(start)))
+	return info, nil
 }
+
+// peerListTimeout bounds a peer's answer to the listing a restore asks
+// every node for.
+const peerListTimeout = 10 * time.Second
 
 // findSnapshotOrPeer finds a CSI snapshot in this node's pool, else (with
 // WithPeers) on the first peer that holds it (placement.SnapshotSources:
@@ -73,20 +95,41 @@ func (c *Service) findSnapshotOrPeer(ctx context.Context, ref volume.SnapshotRef
 	for n := range leases {
 		nodes = append(nodes, n)
 	}
-	var answers []string
+	// Every node is asked at once, each for at most peerListTimeout (a
+	// lease outlives its node: a node gone must not hold the call), and
+	// the first in SnapshotSources' order that holds it is chosen.
+	order := placement.SnapshotSources(c.cfg.Node, copies, nodes)
+	type answer struct {
+		list []ports.SnapshotInfo
+		err  error
+	}
+	answers := make([]answer, len(order))
+	var wg sync.WaitGroup
+	for i, n := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, peerListTimeout)
+			defer cancel()
+			list, err := c.peers.Transport.CSISnapshots(actx, n, ref.Volume)
+			answers[i] = answer{list, err}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ports.SnapshotInfo{}, "", ctx.Err()
+	}
+	var said []string
 	unavailable := lerr != nil
-	for _, n := range placement.SnapshotSources(c.cfg.Node, copies, nodes) {
-		list, err := c.peers.Transport.CSISnapshots(ctx, n, ref.Volume)
-		if ctx.Err() != nil {
-			return ports.SnapshotInfo{}, "", ctx.Err()
-		}
+	for i, n := range order {
+		list, err := answers[i].list, answers[i].err
 		switch {
 		case errors.Is(err, ports.ErrNotFound):
-			answers = append(answers, fmt.Sprintf("%s: no such volume", n))
+			said = append(said, fmt.Sprintf("%s: no such volume", n))
 			continue
 		case err != nil:
 			unavailable = unavailable || !errors.Is(err, ports.ErrNotOwned)
-			answers = append(answers, fmt.Sprintf("%s: %v", n, err))
+			said = append(said, fmt.Sprintf("%s: %v", n, err))
 			continue
 		}
 		for _, s := range list {
@@ -94,13 +137,13 @@ func (c *Service) findSnapshotOrPeer(ctx context.Context, ref volume.SnapshotRef
 				return s, n, nil
 			}
 		}
-		answers = append(answers, fmt.Sprintf("%s: not there", n))
+		said = append(said, fmt.Sprintf("%s: not there", n))
 	}
 	kind := ports.ErrNotFound
 	if unavailable {
 		kind = ports.ErrUnavailable
 	}
-	return ports.SnapshotInfo{}, "", fmt.Errorf("snapshot %s is not in this node's pool, nor on a peer (%s): %w", ref.ID(), strings.Join(answers, "; "), kind)
+	return ports.SnapshotInfo{}, "", fmt.Errorf("snapshot %s is not in this node's pool, nor on a peer (%s): %w", ref.ID(), strings.Join(said, "; "), kind)
 }
 
 // copyFromVolume copies a volume through a temporary snapshot of it.
@@ -175,12 +218,13 @@ func (c *Service) copy(ctx context.Context, t newVolume, req ports.SendRequest) 
 			c.sendRefused(ctx, req.Volume, t.id, err)
 		}
 		return stream, err
-	})
+	}, 0)
 }
 
 // receiveCopy is copy with the stream of req from open (this node's pool,
-// or a peer's).
-func (c *Service) receiveCopy(ctx context.Context, t newVolume, req ports.SendRequest, open func(context.Context) (io.ReadCloser, error)) (info ports.VolumeInfo, err error) {
+// or a peer's); guid, when not 0, is the snapshot's GUID as listed, which
+// the snapshot received must have (not another made since under its name).
+func (c *Service) receiveCopy(ctx context.Context, t newVolume, req ports.SendRequest, open func(context.Context) (io.ReadCloser, error), guid uint64) (info ports.VolumeInfo, err error) {
 	id := t.id
 	stream, err := open(ctx)
 	if err != nil {
@@ -188,6 +232,11 @@ func (c *Service) receiveCopy(ctx context.Context, t newVolume, req ports.SendRe
 	}
 	defer stream.Close()
 	if err := c.store.Receive(ctx, id, stream); err != nil {
+		// What an interrupted receive kept to resume is nobody's to
+		// resume here: a retry starts a new stream.
+		if derr := c.store.DiscardPartial(context.WithoutCancel(ctx), id); derr != nil && !errors.Is(derr, ports.ErrNotFound) {
+			err = errors.Join(err, fmt.Errorf("discarding the partial receive: %w", derr))
+		}
 		return ports.VolumeInfo{}, err
 	}
 	defer func() {
@@ -197,6 +246,21 @@ func (c *Service) receiveCopy(ctx context.Context, t newVolume, req ports.SendRe
 			}
 		}
 	}()
+	if guid != 0 {
+		snaps, err := c.store.ListSnapshots(ctx, id)
+		if err != nil {
+			return ports.VolumeInfo{}, err
+		}
+		got := uint64(0)
+		for _, s := range snaps {
+			if s.Name == req.To {
+				got = s.GUID
+			}
+		}
+		if got != guid {
+			return ports.VolumeInfo{}, fmt.Errorf("the stream of snapshot %s brought GUID %d, not the %d listed: %w", req.To, got, guid, ports.ErrConflict)
+		}
+	}
 	if err := c.store.DestroySnapshot(ctx, id, req.To); err != nil {
 		return ports.VolumeInfo{}, err
 	}

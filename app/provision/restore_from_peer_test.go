@@ -3,6 +3,7 @@ package provision_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/faketransport"
 	"github.com/ferry-csi/ferry/adapters/memstore"
 	"github.com/ferry-csi/ferry/app/provision"
+	"github.com/ferry-csi/ferry/app/refusal"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -32,11 +34,27 @@ func (l leases) Leases(context.Context) (map[replica.Node]ports.LeaseRecord, err
 	return m, nil
 }
 
-// askLog records which nodes were asked for CSI snapshots, in order.
+// askLog records which nodes were asked for CSI snapshots (in no
+// particular order: every node is asked at once) and which were fetched
+// from.
 type askLog struct {
 	*faketransport.Network
-	mu    sync.Mutex
-	asked []replica.Node
+	mu      sync.Mutex
+	asked   []replica.Node
+	fetched []replica.Node
+}
+
+func (a *askLog) Fetch(ctx context.Context, node replica.Node, req ports.SendRequest) (io.ReadCloser, error) {
+	a.mu.Lock()
+	a.fetched = append(a.fetched, node)
+	a.mu.Unlock()
+	return a.Network.Fetch(ctx, node, req)
+}
+
+func (a *askLog) askedSorted() []replica.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Sorted(slices.Values(a.asked))
 }
 
 func (a *askLog) CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
@@ -133,10 +151,19 @@ func TestARestoreOnANodeWithoutTheSnapshotFetchesItWholeFromThePeerThatHoldsIt(t
 	}
 }
 
-func TestARestoreAsksTheSourceVolumesCopiesFirst(t *testing.T) {
+func TestARestoreTakesTheSnapshotFromTheSourceVolumesCopiesFirst(t *testing.T) {
 	p := newPeerRestore(t)
-	// Its ReplicatedVolume lists a copy on node-3 (which, here, holds
-	// nothing): asked before node-2, which comes first by name.
+	// node-3 holds a copy of src with the snapshot too (as replication
+	// would have left it), and src's ReplicatedVolume lists it: it is
+	// fetched from, not node-2, which comes first by name.
+	stream, err := p.n2.Send(ctx, ports.SendRequest{Volume: "src", To: volume.SnapshotRef{Volume: "src", Name: "s1"}.StoreName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.n3.Receive(ctx, "src", stream); err != nil {
+		t.Fatal(err)
+	}
+	stream.Close()
 	if _, err := p.states.Create(ctx, replica.State{Volume: "src", ReplicationFactor: 2, Epoch: 1, Primary: "node-3",
 		Replicas: []replica.Replica{{Node: "node-3", Active: true}}}); err != nil {
 		t.Fatal(err)
@@ -144,8 +171,8 @@ func TestARestoreAsksTheSourceVolumesCopiesFirst(t *testing.T) {
 	if _, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "restored", Capabilities: rw, SourceSnapshotID: "src@s1"}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []replica.Node{"node-3", "node-2"}; !slices.Equal(p.net.asked, want) {
-		t.Fatalf("asked %v, want %v (the copies first)", p.net.asked, want)
+	if want := []replica.Node{"node-3"}; !slices.Equal(p.net.fetched, want) {
+		t.Fatalf("fetched from %v, want %v (the copies first)", p.net.fetched, want)
 	}
 }
 
@@ -155,8 +182,8 @@ func TestARestoreWhoseSnapshotNoNodeHoldsIsNotFoundAndOneWhosePeerIsAwayIsUnavai
 	if !errors.Is(err, ports.ErrNotFound) || !strings.Contains(err.Error(), "node-2: not there") || !strings.Contains(err.Error(), "node-3: no such volume") {
 		t.Fatalf("err = %v: want NotFound saying what each node answered", err)
 	}
-	if !slices.Equal(p.net.asked, []replica.Node{"node-2", "node-3"}) {
-		t.Fatalf("asked %v: want every other node once, never itself", p.net.asked)
+	if got := p.net.askedSorted(); !slices.Equal(got, []replica.Node{"node-2", "node-3"}) {
+		t.Fatalf("asked %v: want every other node once, never itself", got)
 	}
 	p.net.Cut("node-2")
 	_, err = p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "r2", Capabilities: rw, SourceSnapshotID: "src@s1"})
@@ -196,5 +223,78 @@ func TestWithoutPeersARestoreOfAnotherNodesSnapshotIsNotFound(t *testing.T) {
 	}
 	if len(p.net.asked) != 0 {
 		t.Fatalf("asked %v", p.net.asked)
+	}
+}
+
+// gatedFetch holds each Fetch until released, as a long transfer does.
+type gatedFetch struct {
+	*askLog
+	started chan struct{}
+	release chan struct{}
+	lieGUID bool // list the snapshot with another GUID than it has
+}
+
+func (g *gatedFetch) CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]ports.SnapshotInfo, error) {
+	list, err := g.askLog.CSISnapshots(ctx, node, id)
+	if g.lieGUID {
+		for i := range list {
+			list[i].GUID++
+		}
+	}
+	return list, err
+}
+
+func (g *gatedFetch) Fetch(ctx context.Context, node replica.Node, req ports.SendRequest) (io.ReadCloser, error) {
+	if g.started != nil {
+		close(g.started)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.askLog.Fetch(ctx, node, req)
+}
+
+// A restore longer than the provisioner's call goes on after the call gave
+// up: a retry meanwhile is told to wait (not a second transfer from
+// zero), and the one after it finds the volume.
+func TestARestoreFromAPeerOutlivesTheCallThatStartedIt(t *testing.T) {
+	p := newPeerRestore(t)
+	g := &gatedFetch{askLog: p.net, started: make(chan struct{}), release: make(chan struct{})}
+	c := provision.New(cfg, p.n1, noMounts{}, zap.NewNop(), provision.WithPeers(provision.Peers{Transport: g, Nodes: leases{"node-2"}}))
+	req := provision.CreateVolumeRequest{Name: "restored", Capabilities: rw, SourceSnapshotID: "src@s1"}
+	callCtx, cancel := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() { _, err := c.CreateVolume(callCtx, req); first <- err }()
+	<-g.started
+	cancel() // the provisioner's timeout
+	if _, err := c.CreateVolume(ctx, req); !errors.Is(err, refusal.ErrPending) {
+		t.Fatalf("a retry during the transfer: %v, want ErrPending (Aborted)", err)
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the transfer, once its call gave up: %v", err)
+	}
+	if v, err := c.CreateVolume(ctx, req); err != nil || v.ID != "restored" {
+		t.Fatalf("the retry after the transfer: %+v, %v", v, err)
+	}
+	if len(p.net.fetched) != 1 {
+		t.Fatalf("fetched %d times, want once", len(p.net.fetched))
+	}
+}
+
+// A snapshot made again under the same name between the listing and the
+// fetch (or a peer that sends another) is not taken for the one listed.
+func TestARestoreRefusesAStreamOfAnotherSnapshotThanTheOneListed(t *testing.T) {
+	p := newPeerRestore(t)
+	g := &gatedFetch{askLog: p.net, lieGUID: true}
+	c := provision.New(cfg, p.n1, noMounts{}, zap.NewNop(), provision.WithPeers(provision.Peers{Transport: g, Nodes: leases{"node-2"}}))
+	_, err := c.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "restored", Capabilities: rw, SourceSnapshotID: "src@s1"})
+	if !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("err = %v, want ErrConflict", err)
+	}
+	if _, err := p.n1.GetVolume(ctx, "restored"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("the refused stream's volume is left: %v", err)
 	}
 }

@@ -25,6 +25,9 @@ type Store interface {
 	DestroySnapshot(ctx context.Context, id volume.ID, name string) error
 	Send(ctx context.Context, req ports.SendRequest) (io.ReadCloser, error)
 	Receive(ctx context.Context, id volume.ID, stream io.Reader) error
+	// DiscardPartial drops what a failed Receive kept to be resumed (a
+	// copy's retry starts a new stream).
+	DiscardPartial(ctx context.Context, id volume.ID) error
 	// UnloadKey closes an encrypted volume at the end of its creation
 	// (ports.SnapshotStore.UnloadKey).
 	UnloadKey(ctx context.Context, id volume.ID) error

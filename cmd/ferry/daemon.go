@@ -154,7 +154,7 @@ func csiModule(o *Options) fx.Option {
 			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
 				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
 			},
-			func(lc fx.Lifecycle, uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) (csiServices, error) {
+			func(lc fx.Lifecycle, uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) csiServices {
 				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
@@ -164,17 +164,20 @@ func csiModule(o *Options) fx.Option {
 					opts := controllerReplication(api, events)
 					if api != nil {
 						// A restore scheduled here whose snapshot another
-						// node holds fetches it from there.
+						// node holds fetches it from there. Without peer
+						// TLS (no Secret yet) the node serves on, and such
+						// a restore answers NotFound.
 						client, err := peerClient(lc, o.PeerOptions, o.Namespace, api, log)
 						if err != nil {
-							return svc, err
+							log.Warn("restores of snapshots other nodes hold are off: no peer client", zap.Error(err))
+						} else {
+							opts = append(opts, provision.WithPeers(provision.Peers{Transport: client, Nodes: peerdir.NewLeases(api.kube, o.Namespace)}))
 						}
-						opts = append(opts, provision.WithPeers(provision.Peers{Transport: client, Nodes: peerdir.NewLeases(api.kube, o.Namespace)}))
 					}
 					ctrl := provision.New(cfg, s, mt, log, opts...)
 					svc.controller = &csi.Controller{UC: ctrl, NodeExpansion: true}
 				}
-				return svc, nil
+				return svc
 			},
 			csiServer,
 		),
