@@ -61,7 +61,7 @@ cluster-images: build ## write the pause, ferry and test images and import them 
 cluster-up: build ## start the local 3-node cluster (idempotent); prints its KUBECONFIG
 	tests/cluster/up.sh
 
-cluster-deploy: build ## deploy Ferry from deploy/ (overlay tests/cluster/overlay) on the running cluster; waits until every kubelet registered it
+cluster-deploy: build $(HELM) ## install Ferry through the Helm chart on the running cluster (the test overlay as post-renderer; FERRY_DEPLOY=kustomize: deploy/ through tests/cluster/overlay); waits until every kubelet registered it
 	tests/cluster/deploy.sh
 
 cluster-down: ## stop the local cluster and remove everything it made
@@ -192,7 +192,7 @@ e2e-upgrade: build ## on the running local cluster: Ferry rolled from the previo
 # The driver uninstalled and installed again on the running cluster: it
 # deletes ferry-system, so it runs alone, after the others.
 UNINSTALL_TESTS := ^TestUninstall
-e2e-uninstall: ## on the running local cluster: kubectl delete -k deploy/ keeps every copy and ReplicatedVolume; installing again brings the volume back with its data, no transfer; then the same through the Helm chart (install, upgrade, uninstall)
+e2e-uninstall: $(HELM) ## on the running local cluster: helm upgrade and uninstall keep every copy, ReplicatedVolume and the CA; the kustomize deployment brings the volume back with its data, no transfer; kubectl delete -k deploy/ keeps them, and the chart installed again brings it back
 	$(call CLUSTER_GOTEST,-run '$(UNINSTALL_TESTS)')
 
 # Node loss (tests/cluster/node.sh kills, cuts off, pauses or isolates the

@@ -37,5 +37,8 @@ for n in $(node_names); do
   for img in pause ferry ferry-test "${sidecar_imgs[@]}"; do
     ctr --address "$(node_sock "$n")" -n k8s.io images import --all-platforms "$IMAGES/$img.tar" >/dev/null
   done
+  # The quickstart's pod (docs/quickstart.md, run by tests/cluster/quickstart.sh)
+  # names busybox: here the test image's static busybox, never pulled.
+  ctr --address "$(node_sock "$n")" -n k8s.io images tag --force docker.io/library/ferry-test:dev docker.io/library/busybox:1.37 >/dev/null
   log "images imported into $n: pause, ferry, ferry-test, ${sidecar_imgs[*]}"
 done
