@@ -42,8 +42,11 @@ func TestUninstallingTheHelmReleaseAndInstallingTheKustomizeDeploymentKeepsEvery
 	s.restart(t, "before helm upgrade")
 	waitReady(t, s.vol)
 
+	// --force-conflicts: make e2e-upgrade, before, applied its releases'
+	// manifests over the release with kubectl, whose field manager then
+	// holds fields the chart sets (as after a user's kubectl edit).
 	runHelm(true, "upgrade", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--reuse-values",
-		"--post-renderer", "ferry-test-overlay", "--wait", "--timeout", "5m")
+		"--post-renderer", "ferry-test-overlay", "--force-conflicts", "--wait", "--timeout", "5m")
 	if caOf() != ca {
 		t.Fatal("helm upgrade made a new peer CA: the nodes' certificates no longer verify")
 	}
