@@ -19,10 +19,7 @@ k() { "$BIN/kubectl" "$@"; }
 k get nodes >/dev/null 2>&1 || die "the cluster is not up (make cluster-up)"
 how="${FERRY_DEPLOY:-helm}"
 case "$how" in
-  helm)
-    HELM="${HELM:-$FERRY_CACHE/tools/helm-v4.3.1/helm}"
-    [ -x "$HELM" ] || make -C "$repo" helm >/dev/null
-    ;;
+  helm) [ -x "$HELM" ] || make -C "$repo" helm >/dev/null ;;
   kustomize) ;;
   *) die "FERRY_DEPLOY=$how: want helm or kustomize" ;;
 esac

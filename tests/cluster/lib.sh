@@ -33,6 +33,8 @@ IMAGES="$FERRY_CACHE/cluster-images"
 
 BIN="$FERRY_K8S_BIN"
 KUBECTL="$BIN/kubectl"
+# helm, as `make helm` builds it (the Makefile's HELM_VERSION).
+HELM="${HELM:-$FERRY_CACHE/tools/helm-v4.3.1/helm}"
 
 # Seconds since the outermost script started (exported to the ones it runs).
 FERRY_E2E_T0="${FERRY_E2E_T0:-$(date +%s)}"

@@ -33,7 +33,6 @@ case "$1" in
 esac
 
 export KUBECONFIG="${KUBECONFIG:-$KUBECONFIG_FILE}"
-HELM="${HELM:-$FERRY_CACHE/tools/helm-v4.3.1/helm}"
 helm() {
   local extra=()
   case "$1" in
