@@ -2,7 +2,9 @@ package mount
 
 import (
 	"os"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -12,6 +14,13 @@ import (
 type Table struct {
 	// MountInfo is the mount table to read; empty means /proc/self/mountinfo.
 	MountInfo string
+	// HostRoot is where the host's tools are mounted in this container
+	// (--host-root; "" for none). Mounts at it or below it are not in the
+	// table: the host's zfs, run there, mounts a dataset at its
+	// mountpoint below it, and the mount shows at the dataset's own
+	// mountpoint too (the same directory, shared): the view below the
+	// host root is no other user of the volume.
+	HostRoot string
 }
 
 var _ ports.MountTable = Table{}
@@ -25,7 +34,17 @@ func (t Table) entries() ([]entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseMountInfo(data)
+	entries, err := parseMountInfo(data)
+	if err != nil || t.HostRoot == "" {
+		return entries, err
+	}
+	return slices.DeleteFunc(entries, func(e entry) bool { return Below(e.mountPoint, t.HostRoot) }), nil
+}
+
+// Below reports whether path is dir or lies below it (both absolute and
+// clean; "/" holds everything).
+func Below(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // MountAt reads the mount table for the topmost mount at target.

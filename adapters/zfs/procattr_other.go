@@ -12,6 +12,6 @@ func dieWithParent(*exec.Cmd) {}
 func growPipe(*os.File) {}
 
 // unmountLeftover is Linux's concern only.
-func unmountLeftover(dataset, mountpoint string) error { return nil }
+func unmountLeftover(dataset, mountpoint, hostRoot string) error { return nil }
 
-func otherMounts(dataset, mountpoint string) []string { return nil }
+func otherMounts(dataset, mountpoint, hostRoot string) []string { return nil }

@@ -26,6 +26,10 @@ type Config struct {
 	Driver string
 	// ZFS and Zpool are the CLI paths; empty means "zfs" and "zpool" on PATH.
 	ZFS, Zpool string
+	// HostRoot is where the host's tools are mounted in this container
+	// ("" for none): the image's zfs runs the host's there, which mounts
+	// a dataset below it too. Those views are no other mounts of it.
+	HostRoot string
 }
 
 // maxRootLength leaves room under ZFS's 255-byte name limit for a volume

@@ -20,8 +20,8 @@ import (
 // destroy and rename. Only mounts of the dataset itself at mountpoint are
 // touched: a pod's bind mount of it elsewhere is never unmounted (the
 // caller answers ErrBusy instead).
-func unmountLeftover(dataset, mountpoint string) error {
-	mounted, err := mountsOf(dataset)
+func unmountLeftover(dataset, mountpoint, hostRoot string) error {
+	mounted, err := mountsOf(dataset, hostRoot)
 	if err != nil || mountpoint == "" {
 		return nil // no mount table to check, or no mountpoint: nothing to do
 	}
@@ -40,8 +40,9 @@ func unmountLeftover(dataset, mountpoint string) error {
 }
 
 // mountsOf lists where this process's mount table shows the dataset
-// mounted, oldest first.
-func mountsOf(dataset string) ([]string, error) {
+// mounted, oldest first, but for the views below hostRoot (Config.HostRoot:
+// the host's zfs mounts there, and the mount shows at the mountpoint too).
+func mountsOf(dataset, hostRoot string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -62,8 +63,11 @@ func mountsOf(dataset string) ([]string, error) {
 		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
 			continue
 		}
-		if unescapeMount(fields[sep+2]) == dataset && strings.HasPrefix(fields[4], "/") {
-			mounted = append(mounted, unescapeMount(fields[4]))
+		if unescapeMount(fields[sep+2]) != dataset || !strings.HasPrefix(fields[4], "/") {
+			continue
+		}
+		if mp := unescapeMount(fields[4]); !below(mp, hostRoot) {
+			mounted = append(mounted, mp)
 		}
 	}
 	return mounted, sc.Err()
@@ -71,8 +75,8 @@ func mountsOf(dataset string) ([]string, error) {
 
 // otherMounts lists the mounts of dataset other than at its own
 // mountpoint (pods' bind mounts).
-func otherMounts(dataset, mountpoint string) []string {
-	mounted, _ := mountsOf(dataset)
+func otherMounts(dataset, mountpoint, hostRoot string) []string {
+	mounted, _ := mountsOf(dataset, hostRoot)
 	var out []string
 	for _, m := range mounted {
 		if m != mountpoint {
@@ -101,4 +105,10 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// below reports whether path is root or lies below it; nothing is below
+// "" (no host root).
+func below(path, root string) bool {
+	return root != "" && (path == root || strings.HasPrefix(path, strings.TrimSuffix(root, "/")+"/"))
 }

@@ -173,7 +173,7 @@ func (s *Store) unmount(ctx context.Context, dataset string) error {
 	if err != nil {
 		return err
 	}
-	return unmountLeftover(dataset, mountpoint)
+	return unmountLeftover(dataset, mountpoint, s.cfg.HostRoot)
 }
 
 // Resize grows (or shrinks, if the data fits) the quota and reservation.
@@ -316,7 +316,7 @@ func (s *Store) writtenZero(ctx context.Context, id volume.ID) (bool, error) {
 // briefly busy); ErrBusy, nothing done, while it is mounted anywhere else
 // (a pod's bind mount).
 func (s *Store) unmountOwn(ctx context.Context, ds, mountPath string) error {
-	if others := otherMounts(ds, mountPath); len(others) > 0 {
+	if others := otherMounts(ds, mountPath, s.cfg.HostRoot); len(others) > 0 {
 		return fmt.Errorf("mounted at %v: %w", others, ports.ErrBusy)
 	}
 	return retryBusy(ctx, func() error { return s.unmount(ctx, ds) })

@@ -147,9 +147,9 @@ func csiModule(o *Options) fx.Option {
 		fx.Provide(
 			func(lc fx.Lifecycle) ports.Mounter {
 				lc.Append(fx.Hook{OnStart: func(context.Context) error { return checkKubeletDir(o.KubeletDir) }})
-				return mount.Linux{}
+				return mount.Linux{Table: mount.Table{HostRoot: o.HostRoot}}
 			},
-			func() ports.MountTable { return mount.Table{} },
+			func() ports.MountTable { return mount.Table{HostRoot: o.HostRoot} },
 			// Publish and unpublish hand replicated volumes over.
 			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
 				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
@@ -301,7 +301,7 @@ func runOrchestration(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Sna
 		adopter = orchestration.NewAdopter(node, store, api.states, api.workload, leave, log.Named("adopt"), orchestration.WithRollout(api.workload))
 		// Lost states rebuilt from the copies (replica.Rediscover).
 		dir := directory.New(api.kube, o.Namespace, o.DriverName, csi.TopologyKey)
-		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, mount.Table{}, dir, dir, events, log.Named("rediscover"))
+		rediscoverer = orchestration.NewRediscoverer(node, store, api.states, api.states, mount.Table{HostRoot: o.HostRoot}, dir, dir, events, log.Named("rediscover"))
 		// Copies gone for good (a deleted node's, an empty pool's) retired.
 		retirer = orchestration.NewRetirer(node, store, api.states, dir, api.workload, events, log.Named("retire"))
 		listeners = append(listeners, rediscoverer.Saw, retirer.Saw)

@@ -36,9 +36,6 @@ import (
 var version = "dev"
 
 func main() {
-	if name, ok := asHostTool(os.Args[0]); ok { // the image's zfs and zpool (hosttool.go)
-		os.Exit(runHostTool(name, os.Args[1:], os.Stderr))
-	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -112,7 +109,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if opts.HostRoot != "" {
-			// Every zfs and zpool this process runs inherits it (hosttool.go).
+			// Every zfs and zpool this process runs inherits it: the
+			// image's are cmd/ferry-hosttool, which runs the host's there.
 			os.Setenv(hostRootEnv, opts.HostRoot)
 		}
 		if m.name == "daemon" && opts.NodeLock != "" {

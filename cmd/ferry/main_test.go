@@ -7,10 +7,57 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/app/provision"
 	"github.com/ferry-csi/ferry/app/publish"
+	"github.com/ferry-csi/ferry/ports"
 	"go.uber.org/fx"
 )
+
+// TestMain lets a test run this test binary as ferry itself.
+func TestMain(m *testing.M) {
+	if os.Getenv("FERRY_TEST_AS_FERRY") != "" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestAHostRootThatIsNoDirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/f"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{"host", "/", dir + "/../" + dir[1:], dir + "/missing", file} {
+		if err := checkHostRoot(root); err == nil {
+			t.Errorf("--host-root=%s accepted", root)
+		}
+	}
+	if err := checkHostRoot(dir); err != nil {
+		t.Errorf("--host-root=%s: %v", dir, err)
+	}
+}
+
+// The kubelet's directory below the host root would hide every pod's
+// mount from the mount tables: refused.
+func TestAKubeletDirBelowTheHostRootIsRefused(t *testing.T) {
+	root := t.TempDir()
+	for _, m := range modes {
+		if m.name != "daemon" {
+			continue
+		}
+		for kubelet, ok := range map[string]bool{root + "/var/lib/kubelet": false, root: false, root + "-other/kubelet": true} {
+			fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+			o := m.flags(fs)
+			if err := fs.Parse([]string{"--node-id=n1", "--store=memory", "--host-root=" + root, "--kubelet-dir=" + kubelet, "--registration-dir=none"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(m.name); (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "lies below --host-root") {
+				t.Errorf("--kubelet-dir=%s below --host-root=%s: %v", kubelet, root, err)
+			}
+		}
+	}
+}
 
 func TestEveryModeWiresUpWithFx(t *testing.T) {
 	for _, m := range modes {
@@ -152,4 +199,39 @@ func TestTheControllerAndTheNodeOfAProcessShareTheirVolumeLocks(t *testing.T) {
 	if pc.Locks == nil || pc.Locks != nc.Locks {
 		t.Fatalf("the controller's locks %p, the node's %p: want one shared table", pc.Locks, nc.Locks)
 	}
+}
+
+// The node plugin's mount checks (publish's other targets, release on the
+// last unpublish, the rediscovery, the fence's table) leave out the views
+// below --host-root: the mounter and the mount table get it.
+func TestTheDaemonsMountTablesLeaveOutTheHostRoot(t *testing.T) {
+	for _, m := range modes {
+		if m.name != "daemon" {
+			continue
+		}
+		fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+		o := m.flags(fs)
+		root := t.TempDir()
+		if err := fs.Parse([]string{"--node-id=n1", "--store=memory", "--memory-dir=" + t.TempDir(), "--host-root=" + root,
+			"--kubelet-dir=" + t.TempDir(), "--registration-dir=none"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.validate(m.name); err != nil {
+			t.Fatal(err)
+		}
+		var mounter ports.Mounter
+		var table ports.MountTable
+		app := fx.New(m.app(o), fx.Populate(&mounter, &table), fx.NopLogger)
+		if err := app.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if l, ok := mounter.(mount.Linux); !ok || l.Table.HostRoot != root {
+			t.Errorf("the mounter is %#v, want a mount.Linux whose table leaves out %s", mounter, root)
+		}
+		if tb, ok := table.(mount.Table); !ok || tb.HostRoot != root {
+			t.Errorf("the mount table is %#v, want one that leaves out %s", table, root)
+		}
+		return
+	}
+	t.Fatal("no daemon mode")
 }

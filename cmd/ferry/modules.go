@@ -79,7 +79,7 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 	}
 	return fx.Provide(fx.Annotate(
 		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
-			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: driver, ZFS: o.ZFSBin, Zpool: o.ZpoolBin})
+			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: driver, ZFS: o.ZFSBin, Zpool: o.ZpoolBin, HostRoot: o.HostRoot})
 			if err != nil {
 				return nil, err
 			}
@@ -142,7 +142,7 @@ func controllerApp(o *Options) fx.Option {
 		fx.Provide(
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
-			func() ports.MountTable { return mount.Table{} },
+			func() ports.MountTable { return mount.Table{HostRoot: o.HostRoot} },
 			func(cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) *provision.Service {
 				return provision.New(cfg, s, mt, log)
 			},
@@ -188,7 +188,7 @@ func volumeManagerApp(o *Options) fx.Option {
 			// Fencing does not hinge on the daemon: the primary's own
 			// watchdog fences on the node's permit when it runs out.
 			func(lc fx.Lifecycle, r *replication.Replicator, s ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
-				return runWatchdog(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, s, lock, events, log)
+				return runWatchdog(lc, o.ReplicaOptions, mount.Table{HostRoot: o.HostRoot}, replica.Node(o.NodeID), r, s, lock, events, log)
 			},
 		),
 	)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/app/replication"
 	"github.com/ferry-csi/ferry/domain/liveness"
@@ -147,7 +148,7 @@ func storeFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Parent, "parent-dataset", "ferry", "dataset under the pool that Ferry owns; volumes are its children")
 	fs.StringVar(&o.ZFSBin, "zfs", "zfs", "path of the zfs command")
 	fs.StringVar(&o.ZpoolBin, "zpool", "zpool", "path of the zpool command")
-	fs.StringVar(&o.HostRoot, "host-root", os.Getenv(hostRootEnv), "where the host's root is mounted (read-only) in this container: a zfs or zpool that is a link to ferry then runs the host's own tool there (hosttool.go; point --zfs and --zpool at such links), which matches the node's ZFS; also given to the volume managers (default $"+hostRootEnv+")")
+	fs.StringVar(&o.HostRoot, "host-root", os.Getenv(hostRootEnv), "where the host's tools are mounted (read-only) in this container, below a root of the host's own layout (/host/usr, /host/etc, ...): the image's zfs and zpool (cmd/ferry-hosttool) run the host's own tools there, which match the node's ZFS; its mounts are no copies of a volume in Ferry's mount tables; also given to the volume managers (default $"+hostRootEnv+")")
 	fs.StringVar(&o.MemoryDir, "memory-dir", "/var/tmp/ferry-memory", "directory of the memory store's volumes")
 }
 
@@ -258,8 +259,15 @@ func (o *Options) validate(mode string) error {
 		errs = append(errs, errors.New("--store must be zfs or memory"))
 	}
 	if o.HostRoot != "" {
-		if err := checkHostRoot("zfs", o.HostRoot, nil); err != nil {
+		if err := checkHostRoot(o.HostRoot); err != nil {
 			errs = append(errs, fmt.Errorf("--host-root: %w", err))
+		}
+		// The mount tables leave out what lies below the host root: a
+		// pod's target there would be no user of its volume to them.
+		for _, d := range []struct{ flag, dir string }{{"--kubelet-dir", o.KubeletDir}, {"--replica-control-dir", o.ReplicaControl}, {"--control-dir", o.ControlDir}} {
+			if d.dir != "" && mount.Below(filepath.Clean(d.dir), o.HostRoot) {
+				errs = append(errs, fmt.Errorf("%s=%s lies below --host-root=%s, whose mounts Ferry's mount tables leave out", d.flag, d.dir, o.HostRoot))
+			}
 		}
 	}
 	if mode == "daemon" && (!filepath.IsAbs(o.KubeletDir) || filepath.Clean(o.KubeletDir) != o.KubeletDir) {
@@ -348,4 +356,26 @@ func parsePeers(s string) (map[string]string, error) {
 
 func (o FailoverOptions) leaseConfig() liveness.Config {
 	return liveness.Config{Renew: o.LeaseRenew, Duration: o.LeaseDuration, Margin: o.LeaseMargin}
+}
+
+// hostRootEnv names the host's root to the image's zfs and zpool
+// (cmd/ferry-hosttool), which every zfs command of this process and of
+// the volume managers inherits.
+const hostRootEnv = "FERRY_HOST_ROOT"
+
+// checkHostRoot refuses a host root that is not an absolute, clean path
+// of a directory. It need not be a mount point: the host's tool
+// directories are mounted below it.
+func checkHostRoot(root string) error {
+	if !filepath.IsAbs(root) || filepath.Clean(root) != root || root == "/" {
+		return fmt.Errorf("%q: want an absolute, clean path other than / (where the host's tools are mounted, e.g. /host)", root)
+	}
+	st, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", root)
+	}
+	return nil
 }

@@ -30,7 +30,7 @@ func awaitPool(o *Options) (bool, error) {
 		return false, err
 	}
 	log = log.Named("preflight")
-	s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: o.DriverName, ZFS: o.ZFSBin, Zpool: o.ZpoolBin})
+	s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: o.DriverName, ZFS: o.ZFSBin, Zpool: o.ZpoolBin, HostRoot: o.HostRoot})
 	if err != nil {
 		return false, err
 	}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
-	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
@@ -268,7 +267,7 @@ func controlServer(lc fx.Lifecycle, o ReplicaOptions, node replica.Node, r *repl
 // runWatchdog runs the volume manager's watchdog (--watchdog): it fences
 // the primary here when the node's write permit, which the node daemon
 // publishes in --control-dir, has run out.
-func runWatchdog(lc fx.Lifecycle, o ReplicaOptions, node replica.Node, r *replication.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
+func runWatchdog(lc fx.Lifecycle, o ReplicaOptions, mounts ports.MountTable, node replica.Node, r *replication.Replicator, store ports.SnapshotStore, lock ports.WriteLock, events ports.EventRecorder, log *zap.Logger) error {
 	if !o.Watchdog {
 		return nil
 	}
@@ -277,7 +276,7 @@ func runWatchdog(lc fx.Lifecycle, o ReplicaOptions, node replica.Node, r *replic
 		return err
 	}
 	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
-	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mount.Table{}, lock, newHolderStopper(), events, log.Named("watchdog"))
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mounts, lock, newHolderStopper(), events, log.Named("watchdog"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{

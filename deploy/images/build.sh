@@ -10,8 +10,9 @@
 #   OUT        default ~/.cache/ferry/images
 # A version that is not a release (vX.Y.Z) is also tagged dev: the tag
 # deploy/ and the chart's defaults name, which the test cluster runs.
-# Ferry's image holds the static ferry binary and, for now, this machine's
-# zfs and zpool (README, "Images"). Nothing is pulled.
+# Ferry's image holds the static ferry binary, its zfs and zpool, which run
+# the host's own, and for one release this machine's zfs and zpool (README,
+# "Images"). Nothing is pulled.
 set -euo pipefail
 export PATH="/usr/local/go/bin:$PATH"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,25 +42,32 @@ labels=(-label org.opencontainers.image.source=https://github.com/ferry-csi/ferr
   -label org.opencontainers.image.licenses=Apache-2.0
   -label "org.opencontainers.image.revision=$revision")
 
-# Ferry, static, for every platform.
+# Ferry and its zfs and zpool (cmd/ferry-hosttool: they run the host's
+# own tools in the host's root, --host-root), static, for every platform.
 stage="$cache/images-stage"
 for arch in "${arches[@]}"; do
   mkdir -p "$stage/linux-$arch"
   (cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 10 go build -trimpath \
     -ldflags "-X main.version=$version" -o "$stage/linux-$arch/ferry" ./cmd/ferry)
+  (cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" nice -n 10 go build -trimpath \
+    -o "$stage/linux-$arch/ferry-hosttool" ./cmd/ferry-hosttool)
 done
-# The build machine's zfs and zpool, into its own platform's image only,
-# while deploy/ runs without the host's own (IMAGE_ZFS=none leaves them
-# out). No links to ferry's host tool (hosttool.go) yet: every zfs call
-# through it costs a start of ferry (about 70 ms here, against 20 ms for
-# zfs itself), which slowed replication enough to lose races.
+# For one release, the build machine's zfs and zpool too, in its own
+# platform's image only, in /usr/libexec/ferry: the hosttool runs them
+# where no host root is set, which is only in the volume managers of the
+# previous release, renewed in place on this image (README, "Images").
+# IMAGE_ZFS=none leaves them out.
 own_zfs=()
 if [ "${IMAGE_ZFS:-host}" = host ] && [ -x /usr/sbin/zfs ] && [ -x /usr/sbin/zpool ] &&
   [[ " $platforms " == *" linux/$(go env GOARCH) "* ]]; then
-  own_zfs=(-ldd /usr/sbin/zfs -ldd /usr/sbin/zpool -dir /var/run/zfs -symlink /etc/mtab=/proc/self/mounts)
+  own_zfs=(-ldd /usr/sbin/zfs=/usr/libexec/ferry/zfs -ldd /usr/sbin/zpool=/usr/libexec/ferry/zpool
+    -dir /var/run/zfs -symlink /etc/mtab=/proc/self/mounts)
 fi
 "$tool" -ref "$registry/ferry:$version" "${tags[@]}" "${plat_args[@]}" "${push[@]}" -o "$out/ferry.tar" \
-  -file "$stage/linux-{arch}/ferry=/usr/local/bin/ferry" "${own_zfs[@]}" \
+  -file "$stage/linux-{arch}/ferry=/usr/local/bin/ferry" \
+  -file "$stage/linux-{arch}/ferry-hosttool=/usr/local/bin/ferry-hosttool" \
+  -symlink /usr/sbin/zfs=/usr/local/bin/ferry-hosttool -symlink /usr/sbin/zpool=/usr/local/bin/ferry-hosttool \
+  "${own_zfs[@]}" -dir /host \
   -dir /tmp=1777 -dir /etc \
   -label org.opencontainers.image.title=ferry -label "org.opencontainers.image.version=$version" "${labels[@]}" \
   -entrypoint /usr/local/bin/ferry

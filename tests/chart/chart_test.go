@@ -269,3 +269,96 @@ func TestTheChartMakesThePeerPKI(t *testing.T) {
 		t.Errorf("an unknown peerTLS.source: %v\n%s", err, b)
 	}
 }
+
+// Ferry's pods run the host's own zfs and zpool below /host (README,
+// "Images"): the daemon's and the replica pods' containers mount there
+// each host directory the tools need, read-only, from the host directory
+// of the same name, the datasets' directory Bidirectional (OpenZFS mounts
+// there), and never the host's whole /; the daemon names the root in
+// FERRY_HOST_ROOT, which it hands to its volume managers.
+func TestFerrysPodsMountTheHostsToolsAndNotItsWholeRoot(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	var ds, cm map[string]any // as rendered (objects() folds the template's lines)
+	for _, doc := range strings.Split(string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system")), "\n---") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		name, _ := o["metadata"].(map[string]any)["name"].(string)
+		switch {
+		case o["kind"] == "DaemonSet" && name == "ferry-node":
+			ds = o
+		case o["kind"] == "ConfigMap" && name == "ferry-replica-template":
+			cm = o
+		}
+	}
+	if ds == nil || cm == nil {
+		t.Fatal("the chart makes no DaemonSet ferry-node or ConfigMap ferry-replica-template")
+	}
+	pod := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	var daemon map[string]any
+	for _, c := range pod["containers"].([]any) {
+		if c.(map[string]any)["name"] == "ferry" {
+			daemon = c.(map[string]any)
+		}
+	}
+	env := map[string]any{}
+	for _, e := range daemon["env"].([]any) {
+		env[e.(map[string]any)["name"].(string)] = e.(map[string]any)["value"]
+	}
+	if env["FERRY_HOST_ROOT"] != "/host" {
+		t.Errorf("the daemon's FERRY_HOST_ROOT is %v, want /host", env["FERRY_HOST_ROOT"])
+	}
+	var replica map[string]any
+	if err := yaml.Unmarshal([]byte(cm["data"].(map[string]any)["template.yaml"].(string)), &replica); err != nil {
+		t.Fatal(err)
+	}
+	for who, spec := range map[string][2]any{
+		"the daemon":       {pod["volumes"], daemon["volumeMounts"]},
+		"the replica pods": {replica["volumes"], replica["volumeMounts"]},
+	} {
+		hostPaths := map[string]string{}
+		for _, v := range spec[0].([]any) {
+			v := v.(map[string]any)
+			if hp, ok := v["hostPath"].(map[string]any); ok {
+				hostPaths[v["name"].(string)] = hp["path"].(string)
+				if hp["path"] == "/" {
+					t.Errorf("%s mount the host's whole /", who)
+				}
+			}
+		}
+		below := map[string]map[string]any{}
+		for _, m := range spec[1].([]any) {
+			m := m.(map[string]any)
+			if p := m["mountPath"].(string); strings.HasPrefix(p, "/host/") {
+				below[strings.TrimPrefix(p, "/host")] = m
+			}
+		}
+		for _, dir := range []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/var/run/zfs", "/var/lib/ferry"} {
+			m := below[dir]
+			switch {
+			case m == nil:
+				t.Errorf("%s mount nothing at /host%s", who, dir)
+				continue
+			case hostPaths[m["name"].(string)] != dir:
+				t.Errorf("%s mount host path %q at /host%s", who, hostPaths[m["name"].(string)], dir)
+			}
+			ro, _ := m["readOnly"].(bool)
+			switch dir {
+			case "/var/lib/ferry":
+				if m["mountPropagation"] != "Bidirectional" || ro {
+					t.Errorf("%s mount the datasets' directory at /host%s %v, want it writable and Bidirectional", who, dir, m)
+				}
+			case "/dev", "/var/run/zfs":
+			default:
+				if !ro || m["mountPropagation"] != nil {
+					t.Errorf("%s mount /host%s %v, want it read-only, without propagation", who, dir, m)
+				}
+			}
+			delete(below, dir)
+		}
+		for dir := range below {
+			t.Errorf("%s mount /host%s too", who, dir)
+		}
+	}
+}

@@ -88,8 +88,10 @@ type Template struct {
 	// as $FERRY_HOST_ROOT (its zfs and zpool run the host's in it): an
 	// environment variable, not a flag, so that a volume manager of an
 	// earlier release (a rollback renews the pods in place) ignores it
-	// and runs its image's own tools. The host root's volume is the
-	// template's. One source, never in Args.
+	// and runs its image's own tools (the template mounts zfs-fuse's
+	// socket where they look too; README, "Images", says what a rollback
+	// does not support). The host root's mounts are the template's. One
+	// source, never in Args.
 	HostRoot string `json:"-"`
 	// Daemon is the node DaemonSet whose daemon applies the template
 	// (FollowDaemon): its replica pods run the daemon's own image, and it
@@ -123,7 +125,7 @@ func LoadTemplate(path string) (Template, error) {
 	for _, a := range t.Args {
 		for _, f := range settingsOwnedElsewhere {
 			if a == f || strings.HasPrefix(a, f+"=") {
-				return t, fmt.Errorf("replica template %s: args must not set %s: the daemon's --allowed-lag and the volume's snapshotInterval are given to every volume manager", path, f)
+				return t, fmt.Errorf("replica template %s: args must not set %s: the daemon's --allowed-lag and --host-root and the volume's snapshotInterval are given to every volume manager", path, f)
 			}
 		}
 	}
@@ -559,5 +561,5 @@ func (a *Applier) env() []corev1.EnvVar {
 }
 
 // EnvHostRoot names the host's root to a volume manager's zfs and zpool
-// (cmd/ferry/hosttool.go).
+// (cmd/ferry-hosttool).
 const EnvHostRoot = "FERRY_HOST_ROOT"
