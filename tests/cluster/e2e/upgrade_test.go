@@ -36,7 +36,28 @@ func install(t *testing.T, dir, image string, pull time.Duration) {
 		manifests = slowPull(t, manifests, pull)
 	}
 	must(t, manifests, "apply", "-f", "-")
+	// The DaemonSet as these manifests say it, whole: an apply over the
+	// Helm release that installed the cluster keeps what Helm set and
+	// the manifests leave out (an environment variable of a later
+	// release, which an earlier one reads).
+	must(t, daemonSetDoc(t, manifests), "replace", "-f", "-")
 	must(t, "", "-n", "ferry-system", "rollout", "status", "daemonset/ferry-node", "--timeout=10m")
+}
+
+// daemonSetDoc is the node DaemonSet's document of manifests.
+func daemonSetDoc(t *testing.T, manifests string) string {
+	t.Helper()
+	for _, doc := range strings.Split(manifests, "\n---\n") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if meta, _ := obj["metadata"].(map[string]any); obj["kind"] == "DaemonSet" && meta["name"] == "ferry-node" {
+			return doc
+		}
+	}
+	t.Fatal("no DaemonSet ferry-node in the manifests")
+	return ""
 }
 
 // slowPull gives the node DaemonSet of manifests an init container that
