@@ -260,9 +260,20 @@ type SendRequest struct {
 	Accept volume.StreamFeatures
 }
 
-// StreamFeaturer is a store that can tell what its pool sends and takes
-// beyond plain streams (OpenZFS's compressed, large-block and embedded
-// streams); a store without it sends and takes plain streams only.
-type StreamFeaturer interface {
+// PoolFeatures is what a store's pool can do beyond plain volumes, found
+// out when the store opens (the ZFS store asks its pool; a store in
+// memory can do none of it). Its users get it given, beside the store.
+type PoolFeatures interface {
+	// StreamFeatures is what the pool sends and takes beyond plain
+	// streams (OpenZFS's compressed, large-block and embedded streams);
+	// none: plain streams only.
 	StreamFeatures() volume.StreamFeatures
+	// CanEncrypt says whether the pool can hold encrypted volumes.
+	CanEncrypt() bool
 }
+
+// NoPoolFeatures is a pool that can do nothing beyond plain volumes.
+type NoPoolFeatures struct{}
+
+func (NoPoolFeatures) StreamFeatures() volume.StreamFeatures { return volume.StreamFeatures{} }
+func (NoPoolFeatures) CanEncrypt() bool                      { return false }

@@ -73,7 +73,7 @@ func newZFSEnv(t *testing.T) *zfsEnv {
 	mounter := mount.Linux{}
 	id := &csi.Identity{Name: driverName, Version: driverVersion, Ready: func(context.Context) error { return nil }}
 	conn := serve(t, csi.NewServer(log, id,
-		&csi.Controller{UC: provision.New(provision.Config{Node: nodeName, Pool: pool.Name}, store, mounter.Table, log)},
+		&csi.Controller{UC: provision.New(provision.Config{Node: nodeName, Pool: pool.Name}, store, mounter.Table, log, provision.WithPoolFeatures(store))},
 		&csi.Node{UC: publish.New(cfg, store, mounter, log)}))
 	e.ctrl, e.node = spec.NewControllerClient(conn), spec.NewNodeClient(conn)
 	return e

@@ -9,7 +9,7 @@ import (
 	"github.com/ferry-csi/ferry/ports"
 )
 
-var _ ports.StreamFeaturer = (*Store)(nil)
+var _ ports.PoolFeatures = (*Store)(nil)
 
 // detectFeatures reads what the pool sends and takes beyond plain
 // streams from its feature flags (`zpool get all`; zfs-fuse's pools, of

@@ -53,6 +53,9 @@ type Service struct {
 	// peers, when set, hold the CSI snapshots this node's pool lacks
 	// (WithPeers).
 	peers Peers
+	// pool is what the store's pool can do beyond plain volumes
+	// (WithPoolFeatures; none without it).
+	pool ports.PoolFeatures
 }
 
 // New returns the controller use cases over store. mounts is the
@@ -63,7 +66,7 @@ func New(cfg Config, store Store, mounts ports.MountTable, log *zap.Logger, opts
 	if locks == nil {
 		locks = volumelock.New()
 	}
-	c := &Service{cfg: cfg, store: store, mounts: mounts, locks: locks, log: log}
+	c := &Service{cfg: cfg, store: store, mounts: mounts, locks: locks, log: log, pool: ports.NoPoolFeatures{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -115,6 +118,12 @@ type Peers struct {
 // it when this node's pool does not (over the peer stream, whole); without
 // it such a restore answers NotFound.
 func WithPeers(p Peers) Option { return func(c *Service) { c.peers = p } }
+
+// WithPoolFeatures says what the store's pool can do beyond plain volumes:
+// encrypted volumes (a class asking for encryption gets no capacity on a
+// pool without it) and the stream features a restore from a peer asks
+// for. Without it: nothing beyond plain volumes and streams.
+func WithPoolFeatures(f ports.PoolFeatures) Option { return func(c *Service) { c.pool = f } }
 
 // CreateVolumeRequest is a CreateVolume call as the CSI adapter received
 // it, checked once by volume.ParseCreate.
@@ -518,12 +527,9 @@ func (c *Service) Capacity(ctx context.Context, params map[string]string) (int64
 	return pc.AvailableBytes, nil
 }
 
-// canEncrypt reports whether the store can hold encrypted volumes (the
-// ZFS store says, per its pool); a store that does not say cannot.
-func (c *Service) canEncrypt() bool {
-	e, ok := c.store.(interface{ CanEncrypt() bool })
-	return ok && e.CanEncrypt()
-}
+// canEncrypt reports whether the store can hold encrypted volumes
+// (WithPoolFeatures).
+func (c *Service) canEncrypt() bool { return c.pool.CanEncrypt() }
 
 // ListVolumes pages through the volumes by ID: the token is the last ID
 // returned, so deletions between pages do not skip entries.

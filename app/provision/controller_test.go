@@ -224,10 +224,10 @@ func TestCreateVolumeClosesAnEncryptedVolumeAtTheEnd(t *testing.T) {
 	}
 }
 
-// encryptingStore is a store whose pool can encrypt.
-type encryptingStore struct{ *mocks.MockSnapshotStore }
+// encryptingPool is a pool that can encrypt.
+type encryptingPool struct{ ports.NoPoolFeatures }
 
-func (encryptingStore) CanEncrypt() bool { return true }
+func (encryptingPool) CanEncrypt() bool { return true }
 
 // A node whose pool cannot encrypt offers no capacity to an encrypted
 // StorageClass (the scheduler must not place one there); one that can
@@ -245,7 +245,7 @@ func TestCapacityOfAnEncryptedClassIsZeroWhereThePoolCannotEncrypt(t *testing.T)
 	ctrl := gomock.NewController(t)
 	m := mocks.NewMockSnapshotStore(ctrl)
 	m.EXPECT().Capacity(gomock.Any()).Return(ports.PoolCapacity{AvailableBytes: 3 * volume.GiB}, nil)
-	can := provision.New(cfg, encryptingStore{m}, mocks.NewMockMountTable(ctrl), zap.NewNop())
+	can := provision.New(cfg, m, mocks.NewMockMountTable(ctrl), zap.NewNop(), provision.WithPoolFeatures(encryptingPool{}))
 	if n, err := can.Capacity(ctx, enc); err != nil || n != 3*volume.GiB {
 		t.Fatalf("a pool that can encrypt: %d, %v", n, err)
 	}

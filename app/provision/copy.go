@@ -40,9 +40,7 @@ func (c *Service) copyFromSnapshot(ctx context.Context, t newVolume, snapshotID 
 		return c.copy(ctx, t, req)
 	}
 	// Another node's: fetched over the peer stream, as a copy is.
-	if f, ok := c.store.(ports.StreamFeaturer); ok {
-		req.Accept = f.StreamFeatures()
-	}
+	req.Accept = c.pool.StreamFeatures()
 	c.log.Info("restoring a snapshot from a peer", zap.String("snapshot", ref.ID()), zap.String("peer", string(from)),
 		zap.String("volume", string(t.id)), zap.Int64("bytes", snap.SizeBytes))
 	// The transfer is not bound to this call: a snapshot larger than what

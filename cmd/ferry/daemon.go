@@ -154,14 +154,14 @@ func csiModule(o *Options) fx.Option {
 			func(cfg publish.Config, s ports.SnapshotStore, m ports.Mounter, api *kubeAPI, lock ports.WriteLock, events ports.EventRecorder, takers *failover.Takers, log *zap.Logger) *publish.Service {
 				return publish.New(cfg, s, m, log, nodeReplication(o, api, lock, events, takers)...)
 			},
-			func(lc fx.Lifecycle, uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) csiServices {
+			func(lc fx.Lifecycle, uc *publish.Service, cfg provision.Config, api *kubeAPI, s ports.SnapshotStore, pool ports.PoolFeatures, mt ports.MountTable, events ports.EventRecorder, log *zap.Logger) csiServices {
 				svc := csiServices{identity: identity(o.NodeOptions, s), node: &csi.Node{UC: uc}}
 				if o.ServeController {
 					// The controller service next to this node's pool, for
 					// sidecars running on every node (--node-deployment):
 					// volumes are created where their pod runs. Expansion is
 					// the node's (NodeExpandVolume).
-					opts := controllerReplication(api, events)
+					opts := append(controllerReplication(api, events), provision.WithPoolFeatures(pool))
 					if api != nil {
 						// A restore scheduled here whose snapshot another
 						// node holds fetches it from there. Without peer

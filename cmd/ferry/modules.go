@@ -75,7 +75,8 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 	if o.Store == "memory" {
 		return fx.Provide(fx.Annotate(
 			func() *memstore.Store { return memstore.New(o.MemoryDir, 100*volume.GiB, 1) },
-			fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))))
+			fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))),
+			func() ports.PoolFeatures { return ports.NoPoolFeatures{} })
 	}
 	return fx.Provide(fx.Annotate(
 		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
@@ -93,7 +94,7 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 			}})
 			return s, nil
 		},
-		fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))))
+		fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock)), fx.As(new(ports.PoolFeatures))))
 }
 
 // csiServer serves the CSI services on the endpoint; its hooks start the
@@ -143,8 +144,8 @@ func controllerApp(o *Options) fx.Option {
 			// The mount table of the node the controller runs on: whether a
 			// volume is published (DeleteVolume refuses one in use).
 			func() ports.MountTable { return mount.Table{HostRoot: o.HostRoot} },
-			func(cfg provision.Config, s ports.SnapshotStore, mt ports.MountTable, log *zap.Logger) *provision.Service {
-				return provision.New(cfg, s, mt, log)
+			func(cfg provision.Config, s ports.SnapshotStore, pool ports.PoolFeatures, mt ports.MountTable, log *zap.Logger) *provision.Service {
+				return provision.New(cfg, s, mt, log, provision.WithPoolFeatures(pool))
 			},
 			func(uc *provision.Service, s ports.SnapshotStore) csiServices {
 				return csiServices{identity: identity(o.NodeOptions, s), controller: &csi.Controller{UC: uc}}
@@ -170,8 +171,8 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 				return eventRecorder(lc, o, api, log, false)
 			},
-			func(s ports.SnapshotStore, c replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
-				return replicator(o.ReplicaOptions, replica.Node(o.NodeID), o.AllowedLag, s, c, t, events, log)
+			func(s ports.SnapshotStore, pool ports.PoolFeatures, c replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
+				return replicator(o.ReplicaOptions, replica.Node(o.NodeID), o.AllowedLag, s, pool, c, t, events, log)
 			},
 		),
 		fx.Invoke(

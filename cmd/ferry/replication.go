@@ -133,16 +133,13 @@ func kubeConfig(path, component string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.SnapshotStore, cluster replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
+func replicator(o ReplicaOptions, node replica.Node, lag uint64, store ports.SnapshotStore, pool ports.PoolFeatures, cluster replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 	id, err := volume.ParseID("--volume", o.Volume)
 	if err != nil {
 		return nil, err
 	}
 	cfg := replication.Config{Node: node, Volume: id, Tick: o.Tick, Resync: o.Resync, Poll: !o.Watch, SnapshotInterval: o.SnapshotInterval, AllowedLag: lag, Keep: o.Keep,
-		MaxTransferRate: int64(o.MaxTransferRate)}
-	if f, ok := store.(ports.StreamFeaturer); ok {
-		cfg.Accept = f.StreamFeatures()
-	}
+		MaxTransferRate: int64(o.MaxTransferRate), Accept: pool.StreamFeatures()}
 	return replication.New(cfg, store, cluster, t, events, log), nil
 }
 
