@@ -13,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -21,6 +22,18 @@ type Server struct {
 	grpc *grpc.Server
 	path string
 	log  *zap.Logger
+	// observe, when set, hears every call's method, code and duration
+	// (WithCallObserver).
+	observe func(method string, code codes.Code, took time.Duration)
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithCallObserver has f hear every call served: its full gRPC method,
+// its code (OK for a success) and how long it took (metrics).
+func WithCallObserver(f func(method string, code codes.Code, took time.Duration)) ServerOption {
+	return func(s *Server) { s.observe = f }
 }
 
 // SocketPath accepts "unix:///path", "unix:/path" or a plain path.
@@ -40,8 +53,11 @@ func SocketPath(endpoint string) (string, error) {
 }
 
 // NewServer registers the services that are not nil.
-func NewServer(log *zap.Logger, id *Identity, ctrl *Controller, node *Node) *Server {
+func NewServer(log *zap.Logger, id *Identity, ctrl *Controller, node *Node, opts ...ServerOption) *Server {
 	s := &Server{log: log}
+	for _, o := range opts {
+		o(s)
+	}
 	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(s.logCalls))
 	csi.RegisterIdentityServer(s.grpc, id)
 	if ctrl != nil {
@@ -95,7 +111,11 @@ func (s *Server) Stop(ctx context.Context) {
 func (s *Server) logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	fields := append(requestFields(req), zap.String("method", info.FullMethod), zap.Duration("took", time.Since(start)))
+	took := time.Since(start)
+	if s.observe != nil {
+		s.observe(info.FullMethod, status.Code(err), took)
+	}
+	fields := append(requestFields(req), zap.String("method", info.FullMethod), zap.Duration("took", took))
 	if err != nil {
 		st, _ := status.FromError(err)
 		s.log.Info("csi call failed", append(fields, zap.String("code", st.Code().String()), zap.String("error", st.Message()))...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -274,7 +275,10 @@ func (r runner) zfsStdin(ctx context.Context, stdin []byte, args ...string) ([]b
 	var stdout, stderr bytes.Buffer
 	cmd := r.command(ctx, r.zfsBin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	start := time.Now()
+	err := cmd.Run()
+	r.done(r.zfsBin, args, start, err)
+	if err != nil {
 		return nil, r.fail(ctx, r.zfsBin, args, stderr.String(), err)
 	}
 	return stdout.Bytes(), nil

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -90,6 +92,20 @@ type runner struct {
 	// which wedged zfs-fuse here; OpenZFS serialises most of them on its
 	// own locks anyway. nil: unbounded.
 	slots chan struct{}
+	// observe, when set, hears each command's end (Config.Observe).
+	observe func(tool, subcommand string, took time.Duration, err error)
+}
+
+// done tells observe of a command of bin that started at start.
+func (r runner) done(bin string, args []string, start time.Time, err error) {
+	if r.observe == nil {
+		return
+	}
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
+	}
+	r.observe(filepath.Base(bin), sub, time.Since(start), err)
 }
 
 // MaxConcurrentCommands is the default bound of runner.slots.
@@ -125,7 +141,10 @@ func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, er
 	var stdout, stderr bytes.Buffer
 	cmd := r.command(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	start := time.Now()
+	err := cmd.Run()
+	r.done(bin, args, start, err)
+	if err != nil {
 		return nil, r.fail(ctx, bin, args, stderr.String(), err)
 	}
 	return stdout.Bytes(), nil
@@ -154,11 +173,13 @@ func (r runner) stream(ctx context.Context, args ...string) (io.ReadCloser, erro
 	if f, ok := out.(*os.File); ok {
 		growPipe(f)
 	}
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		cancel()
+		r.done(r.zfsBin, args, start, err)
 		return nil, r.fail(ctx, r.zfsBin, args, "", err)
 	}
-	return &commandReader{r: r, ctx: ctx, cancel: cancel, cmd: cmd, out: out, stderr: stderr, args: args}, nil
+	return &commandReader{r: r, ctx: ctx, cancel: cancel, cmd: cmd, out: out, stderr: stderr, args: args, start: start}, nil
 }
 
 type commandReader struct {
@@ -172,6 +193,7 @@ type commandReader struct {
 	eof    bool
 	closed bool
 	err    error
+	start  time.Time
 }
 
 // Read returns the command's stdout; at its end it waits for the command and
@@ -185,7 +207,9 @@ func (c *commandReader) Read(p []byte) (int, error) {
 	if errors.Is(err, io.EOF) {
 		c.eof = true
 		c.err = io.EOF
-		if werr := c.cmd.Wait(); werr != nil {
+		werr := c.cmd.Wait()
+		c.r.done(c.r.zfsBin, c.args, c.start, werr)
+		if werr != nil {
 			c.err = c.r.fail(c.ctx, c.r.zfsBin, c.args, c.stderr.String(), werr)
 		}
 		c.cancel()
@@ -204,6 +228,6 @@ func (c *commandReader) Close() error {
 	}
 	c.cancel() // kills zfs send if it still runs
 	_ = c.out.Close()
-	_ = c.cmd.Wait()
+	c.r.done(c.r.zfsBin, c.args, c.start, errors.Join(errors.New("closed before its end"), c.cmd.Wait()))
 	return nil
 }

@@ -2,12 +2,15 @@ package zfs
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // No more than the runner's slots of short commands run at once: a stand-in
@@ -47,5 +50,45 @@ func TestTheRunnerBoundsConcurrentCommands(t *testing.T) {
 		if n, _ := strconv.Atoi(l); n > 2 {
 			t.Fatalf("%d commands ran at once with 2 slots (%v)", n, lines)
 		}
+	}
+}
+
+// Every command is told to the observer when it ends: its tool, its
+// subcommand and its error; a stream when read to its end or closed.
+func TestTheObserverHearsEveryCommandAndStream(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "zfs")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = fail ] && exit 1\necho out\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		tool, sub string
+		failed    bool
+	}
+	var mu sync.Mutex
+	var got []seen
+	r := runner{zfsBin: script, zpoolBin: script, observe: func(tool, sub string, _ time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{tool, sub, err != nil})
+	}}
+	ctx := context.Background()
+	if _, err := r.zfs(ctx, "list", "-H"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.zfs(ctx, "fail"); err == nil {
+		t.Fatal("a failing command succeeded")
+	}
+	s, err := r.stream(ctx, "send", "tank/v@s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(s); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	want := []seen{{"zfs", "list", false}, {"zfs", "fail", true}, {"zfs", "send", false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("observed %v, want %v", got, want)
 	}
 }

@@ -30,6 +30,10 @@ type Config struct {
 	// ("" for none): the image's zfs runs the host's there, which mounts
 	// a dataset below it too. Those views are no other mounts of it.
 	HostRoot string
+	// Observe, when set, hears every zfs and zpool command run: the
+	// tool's name, its subcommand, how long it ran (a stream: until its
+	// end) and its error (metrics).
+	Observe func(tool, subcommand string, took time.Duration, err error)
 }
 
 // maxRootLength leaves room under ZFS's 255-byte name limit for a volume
@@ -87,7 +91,7 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands)}, txg: newPoolSync(), log: zap.NewNop()}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands), observe: cfg.Observe}, txg: newPoolSync(), log: zap.NewNop()}, nil
 }
 
 // SetLogger sets where the store logs what the operator should know once

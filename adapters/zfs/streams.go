@@ -302,9 +302,11 @@ func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io
 	}
 	growPipe(pw)
 	cmd.Stdin, cmd.Stderr = pr, &stderr
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
+		s.run.done(s.run.zfsBin, args, start, err)
 		return fmt.Errorf("receive %s: %w", id, err)
 	}
 	pr.Close() // the child holds its own copy
@@ -315,6 +317,7 @@ func (s *Store) recv(ctx context.Context, id volume.ID, target string, stream io
 		copied <- err
 	}()
 	werr := cmd.Wait()
+	s.run.done(s.run.zfsBin, args, start, werr)
 	pw.Close() // unblocks the copy if zfs recv exited early
 	cerr := <-copied
 	if werr != nil {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
+	"github.com/ferry-csi/ferry/adapters/metrics"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/nodefence"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
@@ -57,6 +59,9 @@ func daemonApp(o *Options) fx.Option {
 			})),
 		failoverModule(o, relay),
 		orchestrationModule(o),
+		fx.Invoke(func(reg *prometheus.Registry, s ports.SnapshotStore) {
+			metrics.NewPool(reg, o.NodeID, o.Pool, s.Capacity)
+		}),
 		// Last to start, first to stop: a stopping daemon drains its calls
 		// in flight (up to --stop-timeout) while its Lease is still renewed
 		// and its guard still fences, so that a slow NodePublish never

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/csi"
 	"github.com/ferry-csi/ferry/adapters/memstore"
+	"github.com/ferry-csi/ferry/adapters/metrics"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/registration"
@@ -39,6 +41,12 @@ func base(o *Options, mode string) fx.Option {
 			l := &fxevent.ZapLogger{Logger: log.Named("fx")}
 			l.UseLogLevel(zapcore.DebugLevel)
 			return l
+		}),
+		// One registry of metrics for the process, served on
+		// --metrics-listen.
+		fx.Provide(metrics.NewRegistry),
+		fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, log *zap.Logger) {
+			serveHTTP(lc, o.MetricsListen, metrics.Handler(reg), "serving metrics", log)
 		}),
 		// One table of per-volume locks for the process: a daemon that
 		// also serves the controller never deletes a volume it publishes.
@@ -79,8 +87,9 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 			func() ports.PoolFeatures { return ports.NoPoolFeatures{} })
 	}
 	return fx.Provide(fx.Annotate(
-		func(lc fx.Lifecycle, log *zap.Logger) (*zfs.Store, error) {
-			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: driver, ZFS: o.ZFSBin, Zpool: o.ZpoolBin, HostRoot: o.HostRoot})
+		func(lc fx.Lifecycle, reg *prometheus.Registry, log *zap.Logger) (*zfs.Store, error) {
+			s, err := zfs.New(zfs.Config{Pool: o.Pool, Parent: o.Parent, Driver: driver, ZFS: o.ZFSBin, Zpool: o.ZpoolBin, HostRoot: o.HostRoot,
+				Observe: metrics.NewZFS(reg).Observe})
 			if err != nil {
 				return nil, err
 			}
@@ -99,8 +108,8 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 
 // csiServer serves the CSI services on the endpoint; its hooks start the
 // server in the background and stop it gracefully.
-func csiServer(lc fx.Lifecycle, o CSIOptions, log *zap.Logger, svc csiServices) *csi.Server {
-	srv := csi.NewServer(log.Named("csi"), svc.identity, svc.controller, svc.node)
+func csiServer(lc fx.Lifecycle, o CSIOptions, reg *prometheus.Registry, log *zap.Logger, svc csiServices) *csi.Server {
+	srv := csi.NewServer(log.Named("csi"), svc.identity, svc.controller, svc.node, csi.WithCallObserver(metrics.NewCSI(reg).Observe))
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			l, err := srv.Listen(o.CSIEndpoint)
@@ -182,6 +191,9 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) { runReplicator(lc, o.Volume, r, log) },
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
 				statusServer(lc, o.ReplicaOptions, r, log)
+			},
+			func(reg *prometheus.Registry, r *replication.Replicator) {
+				metrics.NewReplica(reg, o.Volume, o.NodeID, func() metrics.ReplicaState { return replicaState(r.Status()) })
 			},
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
 				controlServer(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, log)

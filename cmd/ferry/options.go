@@ -34,11 +34,12 @@ type Options struct {
 	SignerOptions
 }
 
-// LogOptions: every mode's logging and shutdown.
+// LogOptions: every mode's logging, metrics and shutdown.
 type LogOptions struct {
-	LogLevel    string
-	LogFormat   string
-	StopTimeout time.Duration
+	LogLevel      string
+	LogFormat     string
+	StopTimeout   time.Duration
+	MetricsListen string // --metrics-listen: Prometheus metrics (GET /metrics); "" none
 }
 
 // NodeOptions: who this process is.
@@ -134,6 +135,7 @@ func commonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "json", "log format: json or console")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", "", "address of the Prometheus metrics endpoint (GET /metrics), e.g. :9808; empty: none")
 	return o
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferry-csi/ferry/adapters/filecluster"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
+	"github.com/ferry-csi/ferry/adapters/metrics"
 	"github.com/ferry-csi/ferry/adapters/peer"
 	"github.com/ferry-csi/ferry/adapters/permitfile"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
@@ -333,4 +334,13 @@ func promiseClient(o PeerOptions, addr func(replica.Node) (string, bool), log *z
 		}
 		return a, nil
 	}, creds), nil
+}
+
+// replicaState is what the volume manager's metrics say of its replica.
+func replicaState(s replication.Status) metrics.ReplicaState {
+	m := metrics.ReplicaState{Snapshot: uint64(s.Snapshot), Epoch: uint64(s.Epoch), Ready: s.Ready, Primary: s.Primary, StaleView: s.StaleView}
+	if t := s.Transfer; t != nil {
+		m.Transfer = &metrics.Transfer{Bytes: t.Bytes, EstimatedBytes: t.EstimatedBytes, BytesPerSecond: t.BytesPerSecond, ETA: t.ETA}
+	}
+	return m
 }

@@ -80,6 +80,10 @@ type Template struct {
 	// HostPID runs the pod in the host's pid namespace: the watchdog
 	// (--watchdog) must see, and stop, the processes holding its volume.
 	HostPID bool `json:"hostPID,omitempty"`
+	// PodAnnotations are every replica pod's (a scraper's
+	// prometheus.io/scrape and port, for the volume manager's
+	// --metrics-listen).
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 	// AllowedLag is the daemon's --allowed-lag, given to every volume
 	// manager (--allowed-lag) so that a copy's readiness and a takeover
 	// count the same lag: one source, never in Args.
@@ -364,7 +368,7 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: sel},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{"ferry.zfs.csi.io/volume-id": string(owner.Volume)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: a.podAnnotations(owner.Volume)},
 				Spec: corev1.PodSpec{
 					HostPID:                       a.tpl.HostPID,
 					ServiceAccountName:            a.tpl.ServiceAccount,
@@ -414,6 +418,17 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 			},
 		},
 	}
+}
+
+// podAnnotations are a replica pod's: the template's, and the volume's
+// ID (which the template cannot set).
+func (a *Applier) podAnnotations(id volume.ID) map[string]string {
+	out := make(map[string]string, len(a.tpl.PodAnnotations)+1)
+	for k, v := range a.tpl.PodAnnotations {
+		out[k] = v
+	}
+	out["ferry.zfs.csi.io/volume-id"] = string(id)
+	return out
 }
 
 // Budget renders the volume's PodDisruptionBudget.

@@ -188,3 +188,18 @@ func TestTheHostRootIsTheDaemons(t *testing.T) {
 		t.Errorf("a template setting --host-root: %v", err)
 	}
 }
+
+// The template's pod annotations (a scraper's) reach every replica pod,
+// beside the volume's ID, which the template cannot replace.
+func TestTheTemplatesPodAnnotationsReachTheReplicaPods(t *testing.T) {
+	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "u"}
+	with := tpl
+	with.PodAnnotations = map[string]string{"prometheus.io/scrape": "true", "ferry.zfs.csi.io/volume-id": "other"}
+	got := New(fake.NewClientset(), nil, with).ReplicaSet(owner, placement.Objects{Secondaries: 1}, "").Spec.Template.Annotations
+	if got["prometheus.io/scrape"] != "true" || got["ferry.zfs.csi.io/volume-id"] != "pvc-1" {
+		t.Errorf("the replica pods' annotations are %v", got)
+	}
+	if with.PodAnnotations["ferry.zfs.csi.io/volume-id"] != "other" {
+		t.Error("rendering changed the template")
+	}
+}

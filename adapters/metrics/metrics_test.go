@@ -1,0 +1,145 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+
+	"github.com/ferry-csi/ferry/ports"
+)
+
+func TestCSICallsAreCountedByMethodAndCode(t *testing.T) {
+	r := NewRegistry()
+	c := NewCSI(r)
+	c.Observe("/csi.v1.Node/NodePublishVolume", codes.OK, 20*time.Millisecond)
+	c.Observe("/csi.v1.Node/NodePublishVolume", codes.FailedPrecondition, time.Millisecond)
+	c.Observe("/csi.v1.Node/NodePublishVolume", codes.OK, 30*time.Millisecond)
+	want := `
+# HELP ferry_csi_calls_total CSI calls served, by method and gRPC code.
+# TYPE ferry_csi_calls_total counter
+ferry_csi_calls_total{code="FailedPrecondition",method="NodePublishVolume"} 1
+ferry_csi_calls_total{code="OK",method="NodePublishVolume"} 2
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), "ferry_csi_calls_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(c.duration); n != 1 {
+		t.Errorf("%d duration series, want one per method", n)
+	}
+}
+
+// Whatever runs, the command label takes a bounded set of values.
+func TestZFSCommandsAreCountedWithABoundedLabel(t *testing.T) {
+	r := NewRegistry()
+	z := NewZFS(r)
+	z.Observe("zfs", "list", time.Millisecond, nil)
+	z.Observe("zfs", "recv", time.Second, errors.New("exit status 1"))
+	z.Observe("zfs", "tank/ferry/pvc-1@ferry-1-2", time.Millisecond, nil) // not a subcommand
+	z.Observe("zpool", "sync", time.Millisecond, nil)
+	want := `
+# HELP ferry_zfs_commands_total zfs and zpool commands run, by command ("zfs list", ...) and result (ok or error).
+# TYPE ferry_zfs_commands_total counter
+ferry_zfs_commands_total{command="zfs list",result="ok"} 1
+ferry_zfs_commands_total{command="zfs other",result="ok"} 1
+ferry_zfs_commands_total{command="zfs recv",result="error"} 1
+ferry_zfs_commands_total{command="zpool sync",result="ok"} 1
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), "ferry_zfs_commands_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestThePoolIsReadWhenScrapedAndSaysWhenItCannotBe(t *testing.T) {
+	r := NewRegistry()
+	var fail bool
+	NewPool(r, "node1", "tank", func(context.Context) (ports.PoolCapacity, error) {
+		if fail {
+			return ports.PoolCapacity{}, errors.New("no pool")
+		}
+		return ports.PoolCapacity{TotalBytes: 1000, AvailableBytes: 250}, nil
+	})
+	want := `
+# HELP ferry_pool_available_bytes What the pool has free for Ferry's volumes.
+# TYPE ferry_pool_available_bytes gauge
+ferry_pool_available_bytes{node="node1",pool="tank"} 250
+# HELP ferry_pool_size_bytes The size of the pool Ferry's volumes are in (what they use and what is free).
+# TYPE ferry_pool_size_bytes gauge
+ferry_pool_size_bytes{node="node1",pool="tank"} 1000
+# HELP ferry_pool_up 1 when the pool answered the scrape's read, 0 when it did not.
+# TYPE ferry_pool_up gauge
+ferry_pool_up{node="node1",pool="tank"} 1
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), "ferry_pool_size_bytes", "ferry_pool_available_bytes", "ferry_pool_up"); err != nil {
+		t.Error(err)
+	}
+	fail = true
+	want = `
+# HELP ferry_pool_up 1 when the pool answered the scrape's read, 0 when it did not.
+# TYPE ferry_pool_up gauge
+ferry_pool_up{node="node1",pool="tank"} 0
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), "ferry_pool_size_bytes", "ferry_pool_available_bytes", "ferry_pool_up"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAReplicaIsReportedAsItsVolumeManagerSeesItWhenScraped(t *testing.T) {
+	r := NewRegistry()
+	st := ReplicaState{Snapshot: 42, Epoch: 3, Ready: true}
+	NewReplica(r, "pvc-1", "node2", func() ReplicaState { return st })
+	names := []string{"ferry_replica_snapshot", "ferry_replica_ready", "ferry_replica_primary", "ferry_transfer_running", "ferry_transfer_bytes", "ferry_transfer_eta_seconds"}
+	want := func(snap, ready, primary, running, bytes, eta string) string {
+		return `
+# HELP ferry_replica_primary 1 when this copy is the volume's active primary (mounted read-write here), else 0.
+# TYPE ferry_replica_primary gauge
+ferry_replica_primary{node="node2",volume="pvc-1"} ` + primary + `
+# HELP ferry_replica_ready 1 when this copy is recent enough to take over (within the allowed lag), else 0.
+# TYPE ferry_replica_ready gauge
+ferry_replica_ready{node="node2",volume="pvc-1"} ` + ready + `
+# HELP ferry_replica_snapshot The number of the newest snapshot this copy holds (the primary: the newest it took).
+# TYPE ferry_replica_snapshot gauge
+ferry_replica_snapshot{node="node2",volume="pvc-1"} ` + snap + `
+# HELP ferry_transfer_bytes The bytes the transfer under way has moved so far.
+# TYPE ferry_transfer_bytes gauge
+ferry_transfer_bytes{node="node2",volume="pvc-1"} ` + bytes + `
+# HELP ferry_transfer_eta_seconds The transfer under way's estimated time to its end (0 when unknown).
+# TYPE ferry_transfer_eta_seconds gauge
+ferry_transfer_eta_seconds{node="node2",volume="pvc-1"} ` + eta + `
+# HELP ferry_transfer_running 1 while a snapshot stream to this copy (or from it, for a restore) is under way, else 0.
+# TYPE ferry_transfer_running gauge
+ferry_transfer_running{node="node2",volume="pvc-1"} ` + running + `
+`
+	}
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want("42", "1", "0", "0", "0", "0")), names...); err != nil {
+		t.Error(err)
+	}
+	st = ReplicaState{Snapshot: 43, Epoch: 3, Primary: true, Transfer: &Transfer{Bytes: 1 << 20, EstimatedBytes: 4 << 20, BytesPerSecond: 1 << 19, ETA: 6 * time.Second}}
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want("43", "0", "1", "1", "1.048576e+06", "6")), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestTheEndpointServesTheMetrics(t *testing.T) {
+	r := NewRegistry()
+	NewCSI(r).Observe("/csi.v1.Identity/Probe", codes.OK, time.Millisecond)
+	srv := httptest.NewServer(Handler(r))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`ferry_csi_calls_total{code="OK",method="Probe"} 1`, "go_goroutines", "process_cpu_seconds_total"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("GET /metrics lacks %q", want)
+		}
+	}
+}
