@@ -16,8 +16,11 @@ GO_LDFLAGS  := -X main.version=$(VERSION)
 CSI_SANITY_VERSION := v5.6.0
 HELM_VERSION       := v4.3.1
 HELM               := $(TOOLS)/helm-$(HELM_VERSION)/helm
+# promtool of Prometheus v3.16.0 (its Go module's version v0.316.0).
+PROMTOOL_VERSION   := v0.316.0
+PROMTOOL           := $(TOOLS)/promtool-$(PROMTOOL_VERSION)/promtool
 
-.PHONY: images push helm test-chart help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: images push helm test-chart test-alerts help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -94,6 +97,17 @@ $(HELM):
 	GOBIN=$(dir $(HELM)) nice -n 10 go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 
 helm: $(HELM) ## build helm $(HELM_VERSION) from the Go module proxy into ~/.cache/ferry (once)
+
+$(PROMTOOL):
+	GOBIN=$(dir $(PROMTOOL)) nice -n 10 go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+
+# Ferry's alerts (deploy/helm/ferry/alerts): promtool checks the rule file
+# and runs each alert's unit tests (tests/alerts), and every alert's
+# runbook_url names a section of docs/runbook.md.
+test-alerts: $(PROMTOOL) ## promtool check and test Ferry's alert rules
+	$(PROMTOOL) check rules deploy/helm/ferry/alerts/ferry.rules.yaml
+	$(PROMTOOL) test rules tests/alerts/ferry.rules.test.yaml
+	tests/alerts/runbook-links.sh
 
 # The chart (deploy/helm/ferry): helm lint, and rendered with its defaults
 # it is deploy/ object for object (kubectl kustomize; make cluster-bins

@@ -362,3 +362,33 @@ func TestFerrysPodsMountTheHostsToolsAndNotItsWholeRoot(t *testing.T) {
 		}
 	}
 }
+
+// With monitoring.prometheusRule.enabled, the chart makes a PrometheusRule
+// whose spec is the rule file promtool checks (alerts/ferry.rules.yaml),
+// with the labels asked for; by default it makes none.
+func TestThePrometheusRuleIsTheCheckedRuleFile(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	if out := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system")); strings.Contains(out, "kind: PrometheusRule") {
+		t.Error("the chart makes a PrometheusRule by default (its CRD may be missing)")
+	}
+	out := run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--show-only", "templates/prometheusrule.yaml",
+		"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.prometheusRule.labels.release=prom")
+	var rule map[string]any
+	if err := yaml.Unmarshal(out, &rule); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile("../../deploy/helm/ferry/alerts/ferry.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(file, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rule["spec"], want) {
+		t.Errorf("the PrometheusRule's spec is not the rule file:\n%s", diff(t, want, rule["spec"].(map[string]any)))
+	}
+	if l := rule["metadata"].(map[string]any)["labels"].(map[string]any); l["release"] != "prom" {
+		t.Errorf("the PrometheusRule's labels are %v, want release=prom among them", l)
+	}
+}
