@@ -133,10 +133,14 @@ func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(
 	})
 	out := must(t, "", "get", "rv", vol)
 	t.Logf("kubectl get rv:\n%s", out)
-	for _, col := range []string{"RF", "READY", "PRIMARY", "NEWEST", "MAX LAG", "PHASE", "AGE"} {
+	for _, col := range []string{"CLAIM", "RF", "READY", "PRIMARY", "NEWEST", "MAX LAG", "PHASE", "AGE"} {
 		if !strings.Contains(out, col) {
 			t.Errorf("kubectl get rv has no column %s", col)
 		}
+	}
+	// The claim it was made for, by name (and its namespace with -o wide).
+	if wide := must(t, "", "get", "rv", vol, "-o", "wide", "--no-headers"); !strings.Contains(wide, " data ") || !strings.Contains(wide, " "+ns+" ") {
+		t.Errorf("kubectl get rv -o wide does not name the claim %s/data: %s", ns, wide)
 	}
 
 	// Deleting it by hand would destroy every copy: the admission policy
