@@ -25,8 +25,9 @@ PROMTOOL           := $(TOOLS)/promtool-$(PROMTOOL_VERSION)/promtool
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
-build: ## build bin/ferry, stamped with $(VERSION)
+build: ## build bin/ferry and bin/kubectl-ferry (the kubectl plugin: put it on PATH), stamped with $(VERSION)
 	go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/ferry ./cmd/ferry
+	go build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/kubectl-ferry ./cmd/kubectl-ferry
 
 generate: ## regenerate the gomock mocks of the ports
 	go generate ./...
@@ -192,7 +193,7 @@ test-kubeapi: cluster-bins ## the Kubernetes adapters' contracts against a real 
 # (test-cluster) share one package; each target runs its half.
 K8S_TESTS := ^Test(AReplicatedClaim|Draining|RestartingTheDaemon|AStatefulSetPodMoves|ADeploymentWithRecreate|TwoPodsWanting)
 CLUSTER_GOTEST = KUBECONFIG=$${KUBECONFIG:-/var/lib/ferry-e2e/kubeconfig} $(GOTEST) -tags cluster -count=1 -timeout 30m -v $(1) ./tests/cluster/e2e/ 2>&1 | tests/scripts/summarize-go-test.sh
-test-cluster: ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
+test-cluster: build ## Ferry's checks on the running local cluster (make cluster-up cluster-deploy first): data outlives pods, snapshots restore, online growth, a second writer refused, RBAC
 	$(call CLUSTER_GOTEST,-skip '$(K8S_TESTS)|$(NODE_LOSS_TESTS)|$(UNINSTALL_TESTS)|$(UPGRADE_TESTS)')
 
 # Ferry rolled from the previous commit's image to this one while a pod

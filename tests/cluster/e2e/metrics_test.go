@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -89,6 +91,24 @@ func TestTheMetricsOfAReplicatedVolumeInUse(t *testing.T) {
 				strings.Join(regexp.MustCompile(`(?m)^ferry_replica_\w+\{.*$`).FindAllString(m, -1), "; ")
 		})
 	}
+	// kubectl ferry status says the same: the claim, both copies, the
+	// primary's marked.
+	eventually(t, "kubectl ferry status lists the volume", 60*time.Second, func() (bool, string) {
+		cmd := exec.Command("../../../bin/kubectl-ferry", "--kubeconfig", kubeconfig, "status")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, b)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 9 && f[0] == vol {
+				return f[1] == ns+"/data-metrics-0" && f[4] == primary && strings.Contains(f[5], primary+":") && strings.Contains(f[5], "*") &&
+					strings.Count(f[5], ":") == 2, l
+			}
+		}
+		return false, string(b)
+	})
+
 	// The copies go on: each one's snapshot grows.
 	for _, p := range pods {
 		name, _, _ := strings.Cut(p, "=")

@@ -1,0 +1,179 @@
+// Command kubectl-ferry is Ferry's kubectl plugin (on PATH, `kubectl
+// ferry`): what an operator asks of Ferry's volumes, read from the
+// cluster with the operator's own kubeconfig.
+//
+//	kubectl ferry status     every volume: its claim, copies and where, the
+//	                         primary, the newest snapshot, the worst lag,
+//	                         and each transfer under way with a bar
+//	kubectl ferry version    this plugin's version
+//
+// Transfers are read from the volume managers' metrics through the API
+// server's pod proxy (the pods/proxy permission); without it the status
+// says so and lists the volumes alone.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
+	"github.com/ferry-csi/ferry/domain/volume"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// metricsPort is the volume managers' --metrics-listen port (deploy/).
+const metricsPort = "9809"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kubectl-ferry", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	kubeContext := fs.String("context", "", "the kubeconfig context (default: its current one)")
+	namespace := fs.String("ferry-namespace", "ferry-system", "the namespace Ferry runs in")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|version")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch fs.Arg(0) {
+	case "version":
+		fmt.Fprintln(stdout, "kubectl-ferry", version)
+		return 0
+	case "status":
+	default:
+		fs.Usage()
+		return 2
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+		return 1
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+		return 1
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, warnings, err := status(ctx, kube, dyn, *namespace)
+	if err != nil {
+		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+		return 1
+	}
+	if err := writeStatus(stdout, rows); err != nil {
+		return 1
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "kubectl ferry: %s\n", w)
+	}
+	return 0
+}
+
+// status reads every ReplicatedVolume and, from its replica pods'
+// metrics, the transfers under way.
+func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, ns string) ([]volumeRow, []string, error) {
+	list, err := dyn.Resource(rvapi.GVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list ReplicatedVolumes (is Ferry installed?): %w", err)
+	}
+	var rows []volumeRow
+	var warnings []string
+	unreadable := 0
+	for _, item := range list.Items {
+		b, err := item.MarshalJSON()
+		if err != nil {
+			return nil, nil, err
+		}
+		var rv rvapi.ReplicatedVolume
+		if err := json.Unmarshal(b, &rv); err != nil {
+			return nil, nil, fmt.Errorf("ReplicatedVolume %s: %w", item.GetName(), err)
+		}
+		row := volumeRow{rv: rv, transfers: map[string]transfer{}}
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(volume.ID(volumeID(rv)))})
+		if err != nil {
+			return nil, nil, fmt.Errorf("replica pods of %s: %w", rv.Name, err)
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				continue
+			}
+			body, err := kube.CoreV1().Pods(ns).ProxyGet("http", p.Name, metricsPort, "metrics", nil).DoRaw(ctx)
+			if err != nil {
+				unreadable++
+				continue
+			}
+			if t, ok := transferOf(strings.NewReader(string(body))); ok {
+				row.transfers[p.Spec.NodeName] = t
+			}
+		}
+		rows = append(rows, row)
+	}
+	if unreadable > 0 {
+		warnings = append(warnings, fmt.Sprintf("the metrics of %d replica pods could not be read (pods/proxy permission, or volume managers without --metrics-listen=:%s): their transfers are not shown", unreadable, metricsPort))
+	}
+	return rows, warnings, nil
+}
+
+// volumeID is the volume's CSI ID (the object's name when it is one).
+func volumeID(rv rvapi.ReplicatedVolume) string {
+	if rv.Spec.VolumeID != "" {
+		return rv.Spec.VolumeID
+	}
+	return rv.Name
+}
+
+// transferOf reads a volume manager's metrics (the text exposition
+// format): the transfer under way, if ferry_transfer_running says one is.
+func transferOf(r io.Reader) (transfer, bool) {
+	values := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "ferry_transfer_") {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			values[name] = v
+		}
+	}
+	if values["ferry_transfer_running"] != 1 {
+		return transfer{}, false
+	}
+	return transfer{Bytes: int64(values["ferry_transfer_bytes"]), Estimated: int64(values["ferry_transfer_estimated_bytes"]),
+		ETA: time.Duration(values["ferry_transfer_eta_seconds"] * float64(time.Second))}, true
+}
