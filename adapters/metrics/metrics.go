@@ -15,6 +15,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,7 +92,7 @@ func NewZFS(r prometheus.Registerer) *ZFS {
 	z := &ZFS{
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_zfs_commands_total",
-			Help: "zfs and zpool commands run, by command (\"zfs list\", ...) and result (ok or error).",
+			Help: "zfs and zpool commands run, by command (\"zfs get\", ...) and result (ok or error).",
 		}, []string{"command", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ferry_zfs_command_duration_seconds",
@@ -129,18 +130,30 @@ func (z *ZFS) Observe(tool, subcommand string, took time.Duration, err error) {
 }
 
 // Pool reports a node's pool: its size and what is free, read when
-// scraped (one `zfs list` or `zpool list`, bounded in time).
+// scraped (one `zfs get`, bounded in time), at most once per poolMaxAge:
+// scrapes meanwhile, and those that come while a read is under way, get
+// the last reading (zfs commands share a few slots with the CSI calls).
 type Pool struct {
 	node, pool string
 	capacity   func(context.Context) (ports.PoolCapacity, error)
 	size, free *prometheus.Desc
 	up         *prometheus.Desc
+
+	maxAge  time.Duration // poolMaxAge
+	reading sync.Mutex    // held by the read under way
+	mu      sync.Mutex    // guards what follows
+	last    ports.PoolCapacity
+	lastErr error
+	read    time.Time // when last was read; zero: never
 }
+
+// poolMaxAge is how long a pool reading serves scrapes.
+const poolMaxAge = 10 * time.Second
 
 // NewPool registers the pool's metrics in r.
 func NewPool(r prometheus.Registerer, node, pool string, capacity func(context.Context) (ports.PoolCapacity, error)) *Pool {
 	labels := prometheus.Labels{"node": node, "pool": pool}
-	p := &Pool{node: node, pool: pool, capacity: capacity,
+	p := &Pool{node: node, pool: pool, capacity: capacity, maxAge: poolMaxAge,
 		size: prometheus.NewDesc("ferry_pool_size_bytes", "The size of the pool Ferry's volumes are in (what they use and what is free).", nil, labels),
 		free: prometheus.NewDesc("ferry_pool_available_bytes", "What the pool has free for Ferry's volumes.", nil, labels),
 		up:   prometheus.NewDesc("ferry_pool_up", "1 when the pool answered the scrape's read, 0 when it did not.", nil, labels),
@@ -152,11 +165,40 @@ func NewPool(r prometheus.Registerer, node, pool string, capacity func(context.C
 // Describe implements prometheus.Collector.
 func (p *Pool) Describe(ch chan<- *prometheus.Desc) { ch <- p.size; ch <- p.free; ch <- p.up }
 
-// Collect implements prometheus.Collector.
-func (p *Pool) Collect(ch chan<- prometheus.Metric) {
+// current returns the pool's last reading, reading it again first when it
+// is older than poolMaxAge and no other read is under way.
+func (p *Pool) current() (ports.PoolCapacity, error) {
+	p.mu.Lock()
+	never := p.read.IsZero()
+	fresh := !never && time.Since(p.read) < p.maxAge
+	c, err := p.last, p.lastErr
+	p.mu.Unlock()
+	if fresh {
+		return c, err
+	}
+	if !p.reading.TryLock() {
+		if never {
+			// The first read is under way: wait for it.
+			p.reading.Lock()
+			p.reading.Unlock()
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.last, p.lastErr
+	}
+	defer p.reading.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := p.capacity(ctx)
+	c, err = p.capacity(ctx)
+	p.mu.Lock()
+	p.last, p.lastErr, p.read = c, err, time.Now()
+	p.mu.Unlock()
+	return c, err
+}
+
+// Collect implements prometheus.Collector.
+func (p *Pool) Collect(ch chan<- prometheus.Metric) {
+	c, err := p.current()
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(p.up, prometheus.GaugeValue, 0)
 		return

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestZFSCommandsAreCountedWithABoundedLabel(t *testing.T) {
 	z.Observe("zfs", "tank/ferry/pvc-1@ferry-1-2", time.Millisecond, nil) // not a subcommand
 	z.Observe("zpool", "sync", time.Millisecond, nil)
 	want := `
-# HELP ferry_zfs_commands_total zfs and zpool commands run, by command ("zfs list", ...) and result (ok or error).
+# HELP ferry_zfs_commands_total zfs and zpool commands run, by command ("zfs get", ...) and result (ok or error).
 # TYPE ferry_zfs_commands_total counter
 ferry_zfs_commands_total{command="zfs list",result="ok"} 1
 ferry_zfs_commands_total{command="zfs other",result="ok"} 1
@@ -59,7 +60,7 @@ ferry_zfs_commands_total{command="zpool sync",result="ok"} 1
 func TestThePoolIsReadWhenScrapedAndSaysWhenItCannotBe(t *testing.T) {
 	r := NewRegistry()
 	var fail bool
-	NewPool(r, "node1", "tank", func(context.Context) (ports.PoolCapacity, error) {
+	p := NewPool(r, "node1", "tank", func(context.Context) (ports.PoolCapacity, error) {
 		if fail {
 			return ports.PoolCapacity{}, errors.New("no pool")
 		}
@@ -80,6 +81,7 @@ ferry_pool_up{node="node1",pool="tank"} 1
 		t.Error(err)
 	}
 	fail = true
+	p.maxAge = 0 // every scrape reads
 	want = `
 # HELP ferry_pool_up 1 when the pool answered the scrape's read, 0 when it did not.
 # TYPE ferry_pool_up gauge
@@ -141,5 +143,47 @@ func TestTheEndpointServesTheMetrics(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("GET /metrics lacks %q", want)
 		}
+	}
+}
+
+// Scrapes within the reading's age, and those during a read, do not read
+// the pool again: a scraper cannot pile zfs commands up.
+func TestThePoolIsReadOncePerIntervalWhateverTheScrapes(t *testing.T) {
+	r := NewRegistry()
+	var reads atomic.Int32
+	release := make(chan struct{})
+	p := NewPool(r, "node1", "tank", func(context.Context) (ports.PoolCapacity, error) {
+		if reads.Add(1) > 1 {
+			<-release // a slow read
+		}
+		return ports.PoolCapacity{TotalBytes: 1000, AvailableBytes: 250}, nil
+	})
+	for range 5 {
+		if _, err := r.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reads.Load(); n != 1 {
+		t.Fatalf("%d reads for 5 scrapes within %s, want 1", n, poolMaxAge)
+	}
+	p.maxAge = 0
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = r.Gather() }() // reads, slowly
+	for reads.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 5 { // meanwhile: the last reading, no other read
+		if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_pool_up 1 when the pool answered the scrape's read, 0 when it did not.
+# TYPE ferry_pool_up gauge
+ferry_pool_up{node="node1",pool="tank"} 1
+`), "ferry_pool_up"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	<-done
+	if n := reads.Load(); n != 2 {
+		t.Errorf("%d reads, want 2: scrapes during a read read again", n)
 	}
 }

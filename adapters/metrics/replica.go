@@ -47,7 +47,7 @@ func NewReplica(r prometheus.Registerer, volume, node string, state func() Repli
 		bytes:    d("ferry_transfer_bytes", "The bytes the transfer under way has moved so far."),
 		estimated: d("ferry_transfer_estimated_bytes",
 			"The sender's estimate of the whole transfer under way (0 when unknown)."),
-		rate: d("ferry_transfer_rate_bytes_per_second", "The transfer under way's recent rate."),
+		rate: d("ferry_transfer_rate_bytes_per_second", "The transfer under way's average rate since it started."),
 		eta:  d("ferry_transfer_eta_seconds", "The transfer under way's estimated time to its end (0 when unknown)."),
 	}
 	r.MustRegister(x)

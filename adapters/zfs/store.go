@@ -30,7 +30,8 @@ type Config struct {
 	// ("" for none): the image's zfs runs the host's there, which mounts
 	// a dataset below it too. Those views are no other mounts of it.
 	HostRoot string
-	// Observe, when set, hears every zfs and zpool command run: the
+	// Observe, when set, hears every zfs and zpool command this store's
+	// runner runs (not the destroy, set and rollback go-zfs runs): the
 	// tool's name, its subcommand, how long it ran (a stream: until its
 	// end) and its error (metrics).
 	Observe func(tool, subcommand string, took time.Duration, err error)

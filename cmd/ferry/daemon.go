@@ -137,7 +137,7 @@ func acquireNodeLock(o *Options) (*daemonlock.Lock, error) {
 func daemonKubeModule(o *Options) fx.Option {
 	return fx.Module("kubernetes", fx.Provide(
 		func() (*kubeAPI, error) {
-			return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, o.AllowedLag, o.HostRoot, "daemon")
+			return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, replicaSettings{AllowedLag: o.AllowedLag, HostRoot: o.HostRoot, MetricsListen: o.ReplicaMetricsListen}, "daemon")
 		},
 		func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
 			return eventRecorder(lc, o, api, log, true)

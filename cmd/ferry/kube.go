@@ -62,7 +62,15 @@ type kubeAPI struct {
 
 // newKubeAPI builds the process's client set, its user agent naming the
 // mode, and loads the replica template once.
-func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, hostRoot, mode string) (*kubeAPI, error) {
+// replicaSettings are the daemon's settings every volume manager it runs
+// gets from it (workload.Template's fields of one source).
+type replicaSettings struct {
+	AllowedLag    uint64
+	HostRoot      string
+	MetricsListen string
+}
+
+func newKubeAPI(o KubeOptions, replicaTemplate string, given replicaSettings, mode string) (*kubeAPI, error) {
 	if o.ClusterState != "kubernetes" {
 		return nil, nil
 	}
@@ -84,8 +92,9 @@ func newKubeAPI(o KubeOptions, replicaTemplate string, lag uint64, hostRoot, mod
 		if err != nil {
 			return nil, err
 		}
-		tpl.AllowedLag = lag    // the volume managers count the lag the survivors do
-		tpl.HostRoot = hostRoot // and run the host's zfs where the daemon does
+		tpl.AllowedLag = given.AllowedLag // the volume managers count the lag the survivors do
+		tpl.HostRoot = given.HostRoot     // and run the host's zfs where the daemon does
+		tpl.MetricsListen = given.MetricsListen
 		if mode == "daemon" {
 			tpl = followDaemon(kube, tpl)
 		}

@@ -164,24 +164,24 @@ func TestClusterStateKubernetesNeedsAKubeconfigOrThePodsCredentials(t *testing.T
 		t.Fatal(err)
 	}
 	o := KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}
-	api, err := newKubeAPI(o, "", 0, "", "volume-manager")
+	api, err := newKubeAPI(o, "", replicaSettings{}, "volume-manager")
 	if err != nil || api == nil {
 		t.Fatalf("with a kubeconfig: %v", err)
 	}
 	if s, err := clusterState(o, api); err != nil || s == nil {
 		t.Fatalf("the state store on the client set: %v", err)
 	}
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "", 0, "", "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: dir + "/missing"}, "", replicaSettings{}, "volume-manager"); err == nil {
 		t.Fatal("a missing kubeconfig was accepted")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes"}, "", 0, "", "volume-manager"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes"}, "", replicaSettings{}, "volume-manager"); err == nil {
 		t.Fatal("no kubeconfig outside a pod was accepted")
 	}
-	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}, dir+"/missing.yaml", 1, "", "daemon"); err == nil {
+	if _, err := newKubeAPI(KubeOptions{ClusterState: "kubernetes", Kubeconfig: kc}, dir+"/missing.yaml", replicaSettings{AllowedLag: 1}, "daemon"); err == nil {
 		t.Fatal("a missing replica template was accepted")
 	}
-	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", 0, "", "volume-manager"); err != nil || api != nil {
+	if api, err := newKubeAPI(KubeOptions{ClusterState: "file:" + dir}, "", replicaSettings{}, "volume-manager"); err != nil || api != nil {
 		t.Fatalf("a file cluster state built a Kubernetes client: %v, %v", api, err)
 	}
 }
@@ -234,4 +234,22 @@ func TestTheDaemonsMountTablesLeaveOutTheHostRoot(t *testing.T) {
 		return
 	}
 	t.Fatal("no daemon mode")
+}
+
+func TestAMetricsAddressThatIsNoneIsRefused(t *testing.T) {
+	for _, m := range modes {
+		if m.name != "daemon" {
+			continue
+		}
+		for args, ok := range map[string]bool{"--metrics-listen=9808": false, "--replica-metrics-listen=x": false, "--metrics-listen=:9808": true, "--replica-metrics-listen=127.0.0.1:9809": true} {
+			fs := flag.NewFlagSet(m.name, flag.ContinueOnError)
+			o := m.flags(fs)
+			if err := fs.Parse([]string{"--node-id=n1", "--store=memory", "--kubelet-dir=" + t.TempDir(), "--registration-dir=none", args}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(m.name); (err == nil) != ok {
+				t.Errorf("%s: %v", args, err)
+			}
+		}
+	}
 }

@@ -170,7 +170,7 @@ func volumeManagerApp(o *Options) fx.Option {
 		base(o, "volume-manager"),
 		storeModule(o.StoreOptions, o.DriverName),
 		fx.Provide(
-			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", 0, "", "volume-manager") },
+			func() (*kubeAPI, error) { return newKubeAPI(o.KubeOptions, "", replicaSettings{}, "volume-manager") },
 			func(api *kubeAPI) (replication.SharedState, error) { return clusterState(o.KubeOptions, api) },
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (*peer.Client, error) {
 				return peerClient(lc, o.PeerOptions, o.Namespace, api, log)

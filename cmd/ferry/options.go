@@ -99,7 +99,10 @@ type KubeOptions struct {
 type PlacementOptions struct {
 	PlacementPeriod time.Duration
 	ReplicaTemplate string // the replica pods' template (YAML)
-	ReplicaControl  string // where the volume managers' control sockets are
+	// ReplicaMetricsListen is every volume manager's --metrics-listen,
+	// given to them as $FERRY_METRICS_LISTEN (with scrape annotations).
+	ReplicaMetricsListen string
+	ReplicaControl       string // where the volume managers' control sockets are
 }
 
 // FailoverOptions: the daemon's node lease, fence and takeovers.
@@ -135,7 +138,7 @@ func commonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.LogFormat, "log-format", "json", "log format: json or console")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 30*time.Second, "on SIGTERM, how long calls in flight may take to finish")
-	fs.StringVar(&o.MetricsListen, "metrics-listen", "", "address of the Prometheus metrics endpoint (GET /metrics), e.g. :9808; empty: none")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", os.Getenv(metricsListenEnv), "address of the Prometheus metrics endpoint (GET /metrics), e.g. :9808; empty: none (default $"+metricsListenEnv+")")
 	return o
 }
 
@@ -167,6 +170,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.RegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the host (default <kubelet-dir>/plugins/<driver-name>/csi.sock)")
 	kubeFlags(fs, o)
 	fs.StringVar(&o.PeerAdvertise, "peer-advertise", "", "with --cluster-state kubernetes: the address (host:port) of --peer-listen as other nodes reach it, published in this node's Lease; empty: none")
+	fs.StringVar(&o.ReplicaMetricsListen, "replica-metrics-listen", "", "with --replica-template: every volume manager's metrics endpoint (e.g. :9809), given to them as $"+metricsListenEnv+" with prometheus.io/scrape annotations on their pods; empty: none")
 	fs.StringVar(&o.ReplicaTemplate, "replica-template", "", "with --serve-controller and --cluster-state kubernetes: the replica pods' template (YAML, deploy/replica-template.yaml); volumes of defaultReplicationFactor 2 or more are then replicated; empty: none are")
 	fs.DurationVar(&o.PlacementPeriod, "placement-period", 10*time.Second, "with --cluster-state kubernetes: how often the node's placement labels are checked against its copies")
 	fs.StringVar(&o.ReplicaControl, "replica-control-dir", "/var/lib/ferry-control", "with --replica-template: the directory of the volume managers' control sockets (a host directory both mount); publish and unpublish of replicated volumes go through them, and the node's write permit their watchdogs fence on is published there")
@@ -259,6 +263,11 @@ func (o *Options) validate(mode string) error {
 	}
 	if o.Store != "zfs" && o.Store != "memory" {
 		errs = append(errs, errors.New("--store must be zfs or memory"))
+	}
+	for _, l := range []struct{ flag, addr string }{{"--metrics-listen", o.MetricsListen}, {"--replica-metrics-listen", o.ReplicaMetricsListen}} {
+		if _, port, err := net.SplitHostPort(l.addr); l.addr != "" && (err != nil || port == "") {
+			errs = append(errs, fmt.Errorf("%s=%q: want host:port or :port", l.flag, l.addr))
+		}
 	}
 	if o.HostRoot != "" {
 		if err := checkHostRoot(o.HostRoot); err != nil {
@@ -359,6 +368,12 @@ func parsePeers(s string) (map[string]string, error) {
 func (o FailoverOptions) leaseConfig() liveness.Config {
 	return liveness.Config{Renew: o.LeaseRenew, Duration: o.LeaseDuration, Margin: o.LeaseMargin}
 }
+
+// metricsListenEnv is --metrics-listen's default: the daemon gives its
+// volume managers their address there, not as a flag, which a volume
+// manager of an earlier release (a rollback renews the pods in place)
+// would refuse.
+const metricsListenEnv = "FERRY_METRICS_LISTEN"
 
 // hostRootEnv names the host's root to the image's zfs and zpool
 // (cmd/ferry-hosttool), which every zfs command of this process and of

@@ -8,8 +8,9 @@
 //	kubectl ferry version    this plugin's version
 //
 // Transfers are read from the volume managers' metrics through the API
-// server's pod proxy (the pods/proxy permission); without it the status
-// says so and lists the volumes alone.
+// server's pod proxy. It needs: list ReplicatedVolumes (cluster-wide),
+// list pods and get pods/proxy in Ferry's namespace; without the last two
+// the status says so and lists the volumes alone.
 package main
 
 import (
@@ -37,7 +38,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// metricsPort is the volume managers' --metrics-listen port (deploy/).
+// metricsPort is the volume managers' metrics port when their pod's
+// prometheus.io/port annotation does not say (deploy/: the daemon's
+// --replica-metrics-listen).
 const metricsPort = "9809"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -98,15 +101,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // status reads every ReplicatedVolume and, from its replica pods'
-// metrics, the transfers under way.
+// metrics, the transfers under way. A pod whose metrics cannot be read
+// (not reachable, no permission) costs its transfer only, within
+// scrapeTimeout.
 func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, ns string) ([]volumeRow, []string, error) {
 	list, err := dyn.Resource(rvapi.GVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("list ReplicatedVolumes (is Ferry installed?): %w", err)
+		return nil, nil, fmt.Errorf("list ReplicatedVolumes (is Ferry installed? may you list them?): %w", err)
+	}
+	var warnings []string
+	podsOf := map[string][]corev1.Pod{} // by the volume label's value
+	if pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: rvapi.LabelVolume}); err != nil {
+		warnings = append(warnings, fmt.Sprintf("the replica pods in %s could not be listed (%v): transfers are not shown", ns, err))
+	} else {
+		for _, p := range pods.Items {
+			podsOf[p.Labels[rvapi.LabelVolume]] = append(podsOf[p.Labels[rvapi.LabelVolume]], p)
+		}
 	}
 	var rows []volumeRow
-	var warnings []string
-	unreadable := 0
+	var unreadable []string
 	for _, item := range list.Items {
 		b, err := item.MarshalJSON()
 		if err != nil {
@@ -117,17 +130,21 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 			return nil, nil, fmt.Errorf("ReplicatedVolume %s: %w", item.GetName(), err)
 		}
 		row := volumeRow{rv: rv, transfers: map[string]transfer{}}
-		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: rvapi.LabelVolume + "=" + rvapi.Hash(volume.ID(volumeID(rv)))})
-		if err != nil {
-			return nil, nil, fmt.Errorf("replica pods of %s: %w", rv.Name, err)
-		}
-		for _, p := range pods.Items {
+		for _, p := range podsOf[rvapi.Hash(volume.ID(volumeID(rv)))] {
 			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 				continue
 			}
-			body, err := kube.CoreV1().Pods(ns).ProxyGet("http", p.Name, metricsPort, "metrics", nil).DoRaw(ctx)
+			port := metricsPort
+			if v := p.Annotations["prometheus.io/port"]; v != "" {
+				port = v
+			} else if p.Annotations["prometheus.io/scrape"] == "" {
+				continue // a volume manager without metrics (made by an earlier release)
+			}
+			sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+			body, err := kube.CoreV1().Pods(ns).ProxyGet("http", p.Name, port, "metrics", nil).DoRaw(sctx)
+			cancel()
 			if err != nil {
-				unreadable++
+				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", p.Name, err))
 				continue
 			}
 			if t, ok := transferOf(strings.NewReader(string(body))); ok {
@@ -136,11 +153,14 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 		}
 		rows = append(rows, row)
 	}
-	if unreadable > 0 {
-		warnings = append(warnings, fmt.Sprintf("the metrics of %d replica pods could not be read (pods/proxy permission, or volume managers without --metrics-listen=:%s): their transfers are not shown", unreadable, metricsPort))
+	if len(unreadable) > 0 {
+		warnings = append(warnings, fmt.Sprintf("the metrics of %d replica pods could not be read through the API server's pod proxy, so their transfers are not shown: %s", len(unreadable), strings.Join(unreadable, "; ")))
 	}
 	return rows, warnings, nil
 }
+
+// scrapeTimeout bounds the read of one volume manager's metrics.
+const scrapeTimeout = 5 * time.Second
 
 // volumeID is the volume's CSI ID (the object's name when it is one).
 func volumeID(rv rvapi.ReplicatedVolume) string {

@@ -2,9 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
 )
@@ -78,5 +87,31 @@ func TestUnknownSubcommandsAreRefused(t *testing.T) {
 	}
 	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "kubectl-ferry") {
 		t.Errorf("version: exit %d, %q", code, out.String())
+	}
+}
+
+// Without the permission to list Ferry's pods, the status still lists
+// every volume, and says why transfers are missing.
+func TestStatusListsTheVolumesWhenThePodsCannotBeRead(t *testing.T) {
+	rv := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": rvapi.APIVersion, "kind": rvapi.Kind,
+		"metadata": map[string]any{"name": "pvc-a"},
+		"spec":     map[string]any{"volumeID": "pvc-a", "replicationFactor": int64(2), "claimNamespace": "shop", "claimName": "data"},
+		"status":   map[string]any{"primary": "node1", "replicas": []any{map[string]any{"node": "node1", "snapshot": int64(4), "active": true}}},
+	}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rvapi.GVR: rvapi.Kind + "List"}, rv)
+	kube := kubefake.NewClientset()
+	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New(`pods is forbidden: User "dev" cannot list resource "pods"`)
+	})
+	rows, warnings, err := status(context.Background(), kube, dyn, "ferry-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].rv.Spec.ClaimName != "data" || rows[0].rv.Status.Primary != "node1" {
+		t.Errorf("rows %+v", rows)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "forbidden") {
+		t.Errorf("warnings %q, want one saying the pods could not be listed and why", warnings)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -80,10 +81,14 @@ type Template struct {
 	// HostPID runs the pod in the host's pid namespace: the watchdog
 	// (--watchdog) must see, and stop, the processes holding its volume.
 	HostPID bool `json:"hostPID,omitempty"`
-	// PodAnnotations are every replica pod's (a scraper's
-	// prometheus.io/scrape and port, for the volume manager's
-	// --metrics-listen).
-	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+	// MetricsListen is the daemon's --replica-metrics-listen, given to
+	// every volume manager as $FERRY_METRICS_LISTEN (its --metrics-listen's
+	// default: a flag would stop a volume manager of an earlier release,
+	// which a rollback renews in place), with prometheus.io annotations
+	// on its pod. Not in the template's YAML: a daemon of the previous
+	// release, restarted during an upgrade, reads the new ConfigMap
+	// strictly. "": none.
+	MetricsListen string `json:"-"`
 	// AllowedLag is the daemon's --allowed-lag, given to every volume
 	// manager (--allowed-lag) so that a copy's readiness and a takeover
 	// count the same lag: one source, never in Args.
@@ -420,14 +425,15 @@ func (a *Applier) ReplicaSet(owner Owner, o placement.Objects, snapshotInterval 
 	}
 }
 
-// podAnnotations are a replica pod's: the template's, and the volume's
-// ID (which the template cannot set).
+// podAnnotations are a replica pod's: the volume's ID and, with a metrics
+// endpoint, where a Prometheus that discovers pods scrapes it.
 func (a *Applier) podAnnotations(id volume.ID) map[string]string {
-	out := make(map[string]string, len(a.tpl.PodAnnotations)+1)
-	for k, v := range a.tpl.PodAnnotations {
-		out[k] = v
+	out := map[string]string{"ferry.zfs.csi.io/volume-id": string(id)}
+	if l := a.tpl.MetricsListen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err == nil && port != "" {
+			out["prometheus.io/scrape"], out["prometheus.io/port"], out["prometheus.io/path"] = "true", port, "/metrics"
+		}
 	}
-	out["ferry.zfs.csi.io/volume-id"] = string(id)
 	return out
 }
 
@@ -572,8 +578,15 @@ func (a *Applier) env() []corev1.EnvVar {
 	if a.tpl.HostRoot != "" {
 		env = append(env, corev1.EnvVar{Name: EnvHostRoot, Value: a.tpl.HostRoot})
 	}
+	if a.tpl.MetricsListen != "" {
+		env = append(env, corev1.EnvVar{Name: EnvMetricsListen, Value: a.tpl.MetricsListen})
+	}
 	return env
 }
+
+// EnvMetricsListen gives a volume manager its metrics endpoint
+// (--metrics-listen's default).
+const EnvMetricsListen = "FERRY_METRICS_LISTEN"
 
 // EnvHostRoot names the host's root to a volume manager's zfs and zpool
 // (cmd/ferry-hosttool).

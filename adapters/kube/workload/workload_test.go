@@ -189,17 +189,33 @@ func TestTheHostRootIsTheDaemons(t *testing.T) {
 	}
 }
 
-// The template's pod annotations (a scraper's) reach every replica pod,
-// beside the volume's ID, which the template cannot replace.
-func TestTheTemplatesPodAnnotationsReachTheReplicaPods(t *testing.T) {
+// The daemon's --replica-metrics-listen reaches every volume manager as
+// an environment variable (a flag would stop an earlier release's volume
+// manager that a rollback renews in place), with the scrape annotations
+// on its pod; without it, neither.
+func TestTheVolumeManagersMetricsEndpointIsTheDaemons(t *testing.T) {
 	owner := Owner{Volume: "pvc-1", Name: "pvc-1", UID: "u"}
-	with := tpl
-	with.PodAnnotations = map[string]string{"prometheus.io/scrape": "true", "ferry.zfs.csi.io/volume-id": "other"}
-	got := New(fake.NewClientset(), nil, with).ReplicaSet(owner, placement.Objects{Secondaries: 1}, "").Spec.Template.Annotations
-	if got["prometheus.io/scrape"] != "true" || got["ferry.zfs.csi.io/volume-id"] != "pvc-1" {
-		t.Errorf("the replica pods' annotations are %v", got)
+	render := func(tp Template) (map[string]string, string) {
+		pt := New(fake.NewClientset(), nil, tp).ReplicaSet(owner, placement.Objects{Secondaries: 1}, "").Spec.Template
+		for _, e := range pt.Spec.Containers[0].Env {
+			if e.Name == "FERRY_METRICS_LISTEN" {
+				return pt.Annotations, e.Value
+			}
+		}
+		for _, a := range pt.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--metrics-listen") {
+				t.Errorf("a flag %s in the volume manager's args", a)
+			}
+		}
+		return pt.Annotations, ""
 	}
-	if with.PodAnnotations["ferry.zfs.csi.io/volume-id"] != "other" {
-		t.Error("rendering changed the template")
+	if ann, env := render(tpl); env != "" || ann["prometheus.io/scrape"] != "" || ann["ferry.zfs.csi.io/volume-id"] != "pvc-1" {
+		t.Errorf("without --replica-metrics-listen: env %q, annotations %v", env, ann)
+	}
+	with := tpl
+	with.MetricsListen = ":9809"
+	ann, env := render(with)
+	if env != ":9809" || ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != "9809" || ann["prometheus.io/path"] != "/metrics" || ann["ferry.zfs.csi.io/volume-id"] != "pvc-1" {
+		t.Errorf("with :9809: env %q, annotations %v", env, ann)
 	}
 }

@@ -60,8 +60,8 @@ func TestTheMetricsOfAReplicatedVolumeInUse(t *testing.T) {
 		publishes, _ := sample(m, "ferry_csi_calls_total", `method="NodePublishVolume"`, `code="OK"`)
 		up, _ := sample(m, "ferry_pool_up", `node="`+primary+`"`, `pool="ferry-`+primary+`"`)
 		size, _ := sample(m, "ferry_pool_size_bytes", `node="`+primary+`"`)
-		lists, _ := sample(m, "ferry_zfs_commands_total", `command="zfs list"`, `result="ok"`)
-		return publishes >= 1 && up == 1 && size > 0 && lists >= 1,
+		gets, _ := sample(m, "ferry_zfs_commands_total", `command="zfs get"`, `result="ok"`)
+		return publishes >= 1 && up == 1 && size > 0 && gets >= 1,
 			strings.Join(regexp.MustCompile(`(?m)^ferry_(csi_calls_total|pool_\w+|zfs_commands_total)\{.*$`).FindAllString(m, 20), "; ")
 	})
 
