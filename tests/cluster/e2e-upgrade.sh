@@ -19,18 +19,29 @@ if [ ! -x "$src/bin/ferry" ]; then
   (cd "$src" && nice -n 15 go build -o bin/ferry ./cmd/ferry)
   log "built ferry at $rev (the version upgraded from)"
 fi
+if [ -d "$src/cmd/ferry-hosttool" ] && [ ! -x "$src/bin/ferry-hosttool" ]; then
+  (cd "$src" && CGO_ENABLED=0 nice -n 15 go build -o bin/ferry-hosttool ./cmd/ferry-hosttool)
+fi
 mkdir -p "$TOOLS" "$IMAGES"
 tool="$FERRY_CACHE/tools/images"
 (mkdir -p "$(dirname "$tool")" && cd "$repo/deploy/images" && CGO_ENABLED=0 go build -o "$tool" .)
-# The earlier commit's image as deploy/images/build.sh makes it: with the
-# build machine's zfs and zpool.
+# The earlier commit's image as its deploy/images/build.sh makes it: with
+# the build machine's zfs and zpool, and, from the commit that runs the
+# host's own tools on, its ferry-hosttool as the image's zfs and zpool
+# (the machine's then in /usr/libexec/ferry).
 ferry_args=(-file "$src/bin/ferry=/usr/local/bin/ferry")
 if ldd "$src/bin/ferry" >/dev/null 2>&1; then
   ferry_args=(-ldd "$src/bin/ferry=/usr/local/bin/ferry")
 fi
+zfs_args=(-ldd /usr/sbin/zfs -ldd /usr/sbin/zpool)
+if [ -x "$src/bin/ferry-hosttool" ]; then
+  zfs_args=(-file "$src/bin/ferry-hosttool=/usr/local/bin/ferry-hosttool"
+    -symlink /usr/sbin/zfs=/usr/local/bin/ferry-hosttool -symlink /usr/sbin/zpool=/usr/local/bin/ferry-hosttool
+    -ldd /usr/sbin/zfs=/usr/libexec/ferry/zfs -ldd /usr/sbin/zpool=/usr/libexec/ferry/zpool -dir /host)
+fi
 image="ghcr.io/ferry-csi/ferry:$rev"
 "$tool" -o "$IMAGES/ferry-$rev.tar" -ref "$image" \
-  "${ferry_args[@]}" -ldd /usr/sbin/zfs -ldd /usr/sbin/zpool \
+  "${ferry_args[@]}" "${zfs_args[@]}" \
   -dir /var/run/zfs -dir /tmp=1777 -dir /etc -symlink /etc/mtab=/proc/self/mounts \
   -entrypoint /usr/local/bin/ferry >/dev/null
 for n in $(node_names); do
