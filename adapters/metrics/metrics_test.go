@@ -151,9 +151,10 @@ func TestTheEndpointServesTheMetrics(t *testing.T) {
 func TestThePoolIsReadOncePerIntervalWhateverTheScrapes(t *testing.T) {
 	r := NewRegistry()
 	var reads atomic.Int32
-	release := make(chan struct{})
+	release, started := make(chan struct{}), make(chan struct{}, 1)
 	p := NewPool(r, "node1", "tank", func(context.Context) (ports.PoolCapacity, error) {
 		if reads.Add(1) > 1 {
+			started <- struct{}{}
 			<-release // a slow read
 		}
 		return ports.PoolCapacity{TotalBytes: 1000, AvailableBytes: 250}, nil
@@ -169,9 +170,7 @@ func TestThePoolIsReadOncePerIntervalWhateverTheScrapes(t *testing.T) {
 	p.maxAge = 0
 	done := make(chan struct{})
 	go func() { defer close(done); _, _ = r.Gather() }() // reads, slowly
-	for reads.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-started
 	for range 5 { // meanwhile: the last reading, no other read
 		if err := testutil.GatherAndCompare(r, strings.NewReader(`
 # HELP ferry_pool_up 1 when the pool answered the scrape's read, 0 when it did not.
