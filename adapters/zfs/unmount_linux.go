@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ferry-csi/ferry/adapters/mount"
+
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -109,6 +111,4 @@ func unescapeMount(s string) string {
 
 // below reports whether path is root or lies below it; nothing is below
 // "" (no host root).
-func below(path, root string) bool {
-	return root != "" && (path == root || strings.HasPrefix(path, strings.TrimSuffix(root, "/")+"/"))
-}
+func below(path, root string) bool { return root != "" && mount.Below(path, root) }
