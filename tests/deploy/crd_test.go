@@ -66,7 +66,7 @@ func TestTheReplicatedVolumeSchemaNamesExactlyTheGoTypesFields(t *testing.T) {
 	for _, c := range served.AdditionalPrinterColumns {
 		cols = append(cols, c.Name)
 	}
-	if want := "RF READY PRIMARY NEWEST MAX LAG PHASE AGE"; strings.Join(cols, " ") != want {
+	if want := "CLAIM CLAIM NAMESPACE RF READY PRIMARY NEWEST MAX LAG PHASE AGE"; strings.Join(cols, " ") != want {
 		t.Errorf("printer columns %q, want %q", strings.Join(cols, " "), want)
 	}
 }
