@@ -137,7 +137,7 @@ type TransferStatus struct {
 }
 
 // Status is what the replica reports about itself (for logs, a status
-// endpoint and, later, metrics).
+// endpoint and metrics).
 type Status struct {
 	Snapshot replica.SnapshotNumber
 	Epoch    replica.Epoch
@@ -162,6 +162,31 @@ type Status struct {
 	// nothing is recorded until the state reads again), and Snapshot,
 	// Epoch and Ready above are that view's.
 	StaleView bool
+	// Volume is what the last view of the shared state says of the whole
+	// volume (what `kubectl get rv` shows), and ReplicationFactor the
+	// copies it asks for.
+	Volume            replica.Summary
+	ReplicationFactor int
+	// Behind is how many snapshots this copy is behind the volume's
+	// newest, and HoldsNewest whether it holds that one (replica.LagOf).
+	Behind      replica.SnapshotNumber
+	HoldsNewest bool
+	// NewestTaken is when the newest replication snapshot this copy holds
+	// was taken (on the primary: a received snapshot keeps its time);
+	// zero while it holds none, or before its store was read.
+	NewestTaken time.Time
+	// Totals count what this volume manager did since it started.
+	Totals Totals
+}
+
+// Totals count a volume manager's work since it started.
+type Totals struct {
+	SnapshotsTaken uint64
+	// Transfers ended, and of those that failed; their bytes and the
+	// seconds they took (failed ones included).
+	Transfers, TransferFailures uint64
+	TransferredBytes            int64
+	TransferSeconds             float64
 }
 
 // New returns the volume manager of cfg.Volume's replica on
@@ -623,6 +648,9 @@ func (r *Replicator) observe(ctx context.Context, full bool) error {
 		self, _ := st.Replica(r.cfg.Node)
 		r.status.Snapshot, r.status.Epoch, r.status.Ready = self.Snapshot, self.SnapshotEpoch, self.Ready
 		r.status.Primary = st.Primary == r.cfg.Node && self.Active
+		r.status.Volume = replica.Summarize(st, st.Deleting)
+		r.status.ReplicationFactor = st.ReplicationFactor
+		r.status.Behind, r.status.HoldsNewest = replica.LagOf(st, r.cfg.Node)
 		r.observed = true
 	}
 	r.mu.Unlock()
@@ -826,6 +854,9 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 		return replica.LocalRead{}, err
 	}
 	read := replica.LocalRead{Snaps: toSnaps(list), HasData: true}
+	r.mu.Lock()
+	r.status.NewestTaken = newestTaken(list)
+	r.mu.Unlock()
 	if r.m.NeedsCapacity() {
 		info, err := r.store.GetVolume(ctx, r.cfg.Volume)
 		if errors.Is(err, ports.ErrNotFound) {
@@ -837,6 +868,17 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 		read.CapacityBytes, read.CapacityRead, read.Properties = info.CapacityBytes, true, info.Properties
 	}
 	return read, nil
+}
+
+// newestTaken is when the newest replication snapshot of a listing
+// (oldest first) was taken; zero for none.
+func newestTaken(list []ports.SnapshotInfo) time.Time {
+	for i := len(list) - 1; i >= 0; i-- {
+		if _, _, ok := replica.ParseSnapshotName(list[i].Name); ok {
+			return list[i].CreatedAt
+		}
+	}
+	return time.Time{}
 }
 
 // toSnaps keeps the replication snapshots of a listing; each carries its

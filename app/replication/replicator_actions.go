@@ -81,6 +81,9 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 			return err
 		}
 		r.log.Info("snapshot taken", zap.String("snapshot", name), zap.Uint64("epoch", uint64(a.Epoch)), zap.Int64("bytes", info.SizeBytes))
+		r.mu.Lock()
+		r.status.Totals.SnapshotsTaken++
+		r.mu.Unlock()
 		return nil
 	case replica.StepDown:
 		err := r.update(ctx, func(s *replica.State) error { return replica.Demote(s, r.cfg.Node, a.Epoch, a.Final) })
@@ -223,7 +226,7 @@ func (r *Replicator) openFetch(ctx context.Context, peer replica.Node, req ports
 
 // fetch receives a snapshot from a peer and checks that what arrived is the
 // snapshot asked for (by GUID).
-func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
+func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) (err error) {
 	req := ports.SendRequest{Volume: r.cfg.Volume, To: replica.SnapshotName(a.Target), Accept: r.cfg.Accept}
 	if a.Base != nil {
 		req.From = replica.SnapshotName(*a.Base)
@@ -259,7 +262,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 	}
 	defer stream.Close()
 	p := r.startProgress(a.Peer, req.To, a.Base == nil, a.Target.GUID)
-	defer r.setTransfer(nil)
+	defer func() { r.endTransfer(p, err) }()
 	log.Info("fetching snapshot")
 	stop := p.logEvery(ctx, log, progressLogInterval)
 	err = r.store.Receive(ctx, r.cfg.Volume, r.paced(ctx, p, stream))
@@ -314,7 +317,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) error {
 // replace receives a full stream of the target into staging while the old
 // copy stays; once it is complete, it records that this replica holds
 // nothing (so the old copy is no longer counted) and only then swaps.
-func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
+func (r *Replicator) replace(ctx context.Context, a replica.Replace) (err error) {
 	if err := r.guardDiscard(ctx, "", a.KeepAs); err != nil {
 		return err
 	}
@@ -334,7 +337,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) error {
 	}
 	defer stream.Close()
 	p := r.startProgress(a.Peer, req.To, true, a.Target.GUID)
-	defer r.setTransfer(nil)
+	defer func() { r.endTransfer(p, err) }()
 	log.Info("fetching a full copy to replace the local one", zap.String("discarding", fmt.Sprint(snapNames(a.Discard))), zap.String("reason", a.Reason))
 	stop := p.logEvery(ctx, log, progressLogInterval)
 	err = r.store.ReceiveReplacement(ctx, r.cfg.Volume, r.paced(ctx, p, stream), func(ctx context.Context) error {
@@ -402,6 +405,20 @@ func (r *Replicator) landed(ctx context.Context, target replica.Snap) error {
 		}
 	}
 	return fmt.Errorf("received %s, but no snapshot with GUID %d is there", replica.SnapshotName(target), target.GUID)
+}
+
+// endTransfer counts the transfer p, ended with err, and clears it.
+func (r *Replicator) endTransfer(p *Progress, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.transfer = nil
+	t := &r.status.Totals
+	t.Transfers++
+	if err != nil {
+		t.TransferFailures++
+	}
+	t.TransferredBytes += p.Bytes()
+	t.TransferSeconds += p.Elapsed().Seconds()
 }
 
 func (r *Replicator) setTransfer(p *Progress) {

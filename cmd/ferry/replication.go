@@ -338,7 +338,11 @@ func promiseClient(o PeerOptions, addr func(replica.Node) (string, bool), log *z
 
 // replicaState is what the volume manager's metrics say of its replica.
 func replicaState(s replication.Status) metrics.ReplicaState {
-	m := metrics.ReplicaState{Snapshot: uint64(s.Snapshot), Epoch: uint64(s.Epoch), Ready: s.Ready, Primary: s.Primary, StaleView: s.StaleView}
+	m := metrics.ReplicaState{Snapshot: uint64(s.Snapshot), Epoch: uint64(s.Epoch), Ready: s.Ready, Primary: s.Primary, StaleView: s.StaleView,
+		NewestTaken: s.NewestTaken, Behind: uint64(s.Behind), HoldsNewest: s.HoldsNewest,
+		ReplicationFactor: s.ReplicationFactor, ReadyCopies: s.Volume.Ready,
+		Totals: metrics.Totals{SnapshotsTaken: s.Totals.SnapshotsTaken, Transfers: s.Totals.Transfers, TransferFailures: s.Totals.TransferFailures,
+			TransferredBytes: s.Totals.TransferredBytes, TransferSeconds: s.Totals.TransferSeconds}}
 	if t := s.Transfer; t != nil {
 		m.Transfer = &metrics.Transfer{Bytes: t.Bytes, EstimatedBytes: t.EstimatedBytes, BytesPerSecond: t.BytesPerSecond, ETA: t.ETA}
 	}

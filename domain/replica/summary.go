@@ -57,3 +57,25 @@ func Summarize(s State, deleting bool) Summary {
 	}
 	return sum
 }
+
+// LagOf says how far node's copy is behind the volume's newest snapshot
+// (Summarize's Newest): the snapshot numbers between them, and whether it
+// holds that newest snapshot itself. A copy of another epoch than the
+// newest does not hold it, even at the same number (its snapshot may have
+// diverged), and is at least one behind. A node without an entry holds
+// nothing.
+func LagOf(s State, node Node) (behind SnapshotNumber, holdsNewest bool) {
+	newest, ok := s.NewestReplica()
+	if !ok {
+		return 0, false
+	}
+	n := newest.Holds()
+	self, _ := s.Replica(node)
+	if self.Snapshot == n.Number && self.SnapshotEpoch == n.Epoch && n.Number != 0 {
+		return 0, true
+	}
+	if self.Snapshot >= n.Number {
+		return 1, false
+	}
+	return n.Number - self.Snapshot, false
+}

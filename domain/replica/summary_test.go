@@ -33,3 +33,26 @@ func TestSummarize(t *testing.T) {
 		}
 	}
 }
+
+func TestLagOfCountsTheSnapshotsBetweenACopyAndTheNewest(t *testing.T) {
+	s := State{ReplicationFactor: 3, Epoch: 3, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 3, Active: true, Ready: true},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 3, Ready: true},
+		{Node: "c", Snapshot: 6, SnapshotEpoch: 3},
+		{Node: "d", Snapshot: 9, SnapshotEpoch: 2}, // the same number in an older term: diverged
+		{Node: "e"},
+	}}
+	for _, c := range []struct {
+		node   Node
+		behind SnapshotNumber
+		holds  bool
+	}{{"a", 0, true}, {"b", 0, true}, {"c", 3, false}, {"d", 1, false}, {"e", 9, false}, {"gone", 9, false}} {
+		behind, holds := LagOf(s, c.node)
+		if behind != c.behind || holds != c.holds {
+			t.Errorf("LagOf(%s) = %d, %v; want %d, %v", c.node, behind, holds, c.behind, c.holds)
+		}
+	}
+	if behind, holds := LagOf(State{ReplicationFactor: 1, Replicas: []Replica{{Node: "a"}}}, "a"); behind != 0 || holds {
+		t.Errorf("no snapshot anywhere: LagOf = %d, %v; want 0, false", behind, holds)
+	}
+}
