@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -184,5 +185,102 @@ ferry_pool_up{node="node1",pool="tank"} 1
 	<-done
 	if n := reads.Load(); n != 2 {
 		t.Errorf("%d reads, want 2: scrapes during a read read again", n)
+	}
+}
+
+func TestAReplicasLagIsZeroOnlyWhileItHoldsTheNewestSnapshot(t *testing.T) {
+	r := NewRegistry()
+	now := time.Unix(1_000_000, 0)
+	st := ReplicaState{Snapshot: 40, Epoch: 3}
+	x := NewReplica(r, "pvc-1", "node2", func() ReplicaState { return st })
+	x.now = func() time.Time { return now }
+	names := []string{"ferry_replica_lag_seconds", "ferry_replica_newest_snapshot_age_seconds", "ferry_replica_snapshots_behind"}
+	// Holding nothing yet: no lag or age to report, only how far behind.
+	st.Behind = 40
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_replica_snapshots_behind How many snapshots this copy is behind the volume's newest (0 when it holds it).
+# TYPE ferry_replica_snapshots_behind gauge
+ferry_replica_snapshots_behind{node="node2",volume="pvc-1"} 40
+`), names...); err != nil {
+		t.Error(err)
+	}
+	// Two behind, its newest taken 25 s ago: writes of the last 25 s are
+	// elsewhere.
+	st.NewestTaken, st.Behind = now.Add(-25*time.Second), 2
+	lag := func(lag, age, behind string) string {
+		return `
+# HELP ferry_replica_lag_seconds 0 when this copy holds the volume's newest snapshot; otherwise the age of the newest it holds: writes since then are not on this copy. Absent while it holds none.
+# TYPE ferry_replica_lag_seconds gauge
+ferry_replica_lag_seconds{node="node2",volume="pvc-1"} ` + lag + `
+# HELP ferry_replica_newest_snapshot_age_seconds The age of the newest snapshot this copy holds (absent while it holds none).
+# TYPE ferry_replica_newest_snapshot_age_seconds gauge
+ferry_replica_newest_snapshot_age_seconds{node="node2",volume="pvc-1"} ` + age + `
+# HELP ferry_replica_snapshots_behind How many snapshots this copy is behind the volume's newest (0 when it holds it).
+# TYPE ferry_replica_snapshots_behind gauge
+ferry_replica_snapshots_behind{node="node2",volume="pvc-1"} ` + behind + `
+`
+	}
+	if err := testutil.GatherAndCompare(r, strings.NewReader(lag("25", "25", "2")), names...); err != nil {
+		t.Error(err)
+	}
+	// Caught up: an idle volume (no new snapshot for a while) lags nothing.
+	st.Behind, st.HoldsNewest = 0, true
+	if err := testutil.GatherAndCompare(r, strings.NewReader(lag("0", "25", "0")), names...); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestAVolumeManagersTotalsAreCounters(t *testing.T) {
+	r := NewRegistry()
+	st := ReplicaState{ReplicationFactor: 3, ReadyCopies: 2, Totals: Totals{SnapshotsTaken: 7, Transfers: 5, TransferFailures: 1, TransferredBytes: 1 << 20, TransferSeconds: 2.5}}
+	NewReplica(r, "pvc-1", "node2", func() ReplicaState { return st })
+	got, err := testutil.GatherAndCount(r, "ferry_snapshots_taken_total", "ferry_transfers_total", "ferry_transfer_failures_total",
+		"ferry_transferred_bytes_total", "ferry_transfer_seconds_total", "ferry_volume_replication_factor", "ferry_volume_ready_copies")
+	if err != nil || got != 7 {
+		t.Fatalf("%d series (%v), want 7", got, err)
+	}
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_transfer_failures_total Snapshot streams this copy received that failed.
+# TYPE ferry_transfer_failures_total counter
+ferry_transfer_failures_total{node="node2",volume="pvc-1"} 1
+# HELP ferry_volume_ready_copies The volume's copies recent enough to take over, as this volume manager last read them.
+# TYPE ferry_volume_ready_copies gauge
+ferry_volume_ready_copies{node="node2",volume="pvc-1"} 2
+`), "ferry_transfer_failures_total", "ferry_volume_ready_copies"); err != nil {
+		t.Error(err)
+	}
+}
+
+type recorded []ports.Event
+
+func (r *recorded) Record(_ context.Context, _ volume.ID, e ports.Event) { *r = append(*r, e) }
+
+func TestEventsAreCountedByReasonAndPrimaryChangesByCause(t *testing.T) {
+	r := NewRegistry()
+	var next recorded
+	e := NewEvents(r, &next)
+	for _, ev := range []ports.Event{
+		{Type: ports.EventNormal, Reason: "BecamePrimary"},
+		{Type: ports.EventWarning, Reason: "TookOver"},
+		{Type: ports.EventWarning, Reason: "Fenced"},
+		{Type: ports.EventWarning, Reason: "Fenced"},
+	} {
+		e.Record(context.Background(), "pvc-1", ev)
+	}
+	if len(next) != 4 {
+		t.Errorf("%d events reached the recorder, want 4", len(next))
+	}
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_events_total Events this process raised on volumes, by type (Normal, Warning) and reason (RolledBack, Fenced, FencedWritesKept, TookOver, ...).
+# TYPE ferry_events_total counter
+ferry_events_total{reason="BecamePrimary",type="Normal"} 1
+ferry_events_total{reason="Fenced",type="Warning"} 2
+ferry_events_total{reason="TookOver",type="Warning"} 1
+# HELP ferry_primary_changes_total Replicas this process made a volume's active primary, by cause: promotion (a publish on the replica's node, planned) or takeover (from a node judged lost).
+# TYPE ferry_primary_changes_total counter
+ferry_primary_changes_total{cause="promotion"} 1
+ferry_primary_changes_total{cause="takeover"} 1
+`), "ferry_events_total", "ferry_primary_changes_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -139,8 +139,8 @@ func daemonKubeModule(o *Options) fx.Option {
 		func() (*kubeAPI, error) {
 			return newKubeAPI(o.KubeOptions, o.ReplicaTemplate, replicaSettings{AllowedLag: o.AllowedLag, HostRoot: o.HostRoot, MetricsListen: o.ReplicaMetricsListen}, "daemon")
 		},
-		func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
-			return eventRecorder(lc, o, api, log, true)
+		func(lc fx.Lifecycle, api *kubeAPI, reg *prometheus.Registry, log *zap.Logger) (ports.EventRecorder, error) {
+			return eventRecorder(lc, o, api, reg, log, true)
 		},
 	))
 }

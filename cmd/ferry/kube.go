@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
@@ -15,6 +16,7 @@ import (
 	kubeevents "github.com/ferry-csi/ferry/adapters/kube/events"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
 	"github.com/ferry-csi/ferry/adapters/kube/workload"
+	"github.com/ferry-csi/ferry/adapters/metrics"
 	"github.com/ferry-csi/ferry/adapters/replicactl"
 	"github.com/ferry-csi/ferry/app/failover"
 	"github.com/ferry-csi/ferry/app/provision"
@@ -35,17 +37,18 @@ func controllerReplication(api *kubeAPI, events ports.EventRecorder) []provision
 
 // eventRecorder is where a component's events go: with --cluster-state
 // kubernetes, Kubernetes Events on the volume's ReplicatedVolume and, with
-// claims, on its claim too (the daemon's ServiceAccount may read claims,
-// the volume managers' may not), besides the log; otherwise the log alone.
+// claims, on its claim too (the daemon's and the volume managers'
+// ServiceAccounts may get claims), besides the log; otherwise the log alone.
 // The recorder starts before and stops after whatever fx builds with it.
-func eventRecorder(lc fx.Lifecycle, o *Options, api *kubeAPI, log *zap.Logger, claims bool) (ports.EventRecorder, error) {
+// Every event is counted in reg (ferry_events_total) first.
+func eventRecorder(lc fx.Lifecycle, o *Options, api *kubeAPI, reg *prometheus.Registry, log *zap.Logger, claims bool) (ports.EventRecorder, error) {
 	log = log.Named("events")
 	if api == nil {
-		return eventlog.Recorder{Log: log}, nil
+		return metrics.NewEvents(reg, eventlog.Recorder{Log: log}), nil
 	}
 	r := kubeevents.New(api.kube, api.dyn, log, kubeevents.Options{Host: o.NodeID, Claims: claims})
 	lc.Append(fx.Hook{OnStart: r.Start, OnStop: r.Stop})
-	return r, nil
+	return metrics.NewEvents(reg, r), nil
 }
 
 // kubeAPI is a process's one Kubernetes client set, with --cluster-state

@@ -175,10 +175,11 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (*peer.Client, error) {
 				return peerClient(lc, o.PeerOptions, o.Namespace, api, log)
 			},
-			// Events on the ReplicatedVolume only: the replica's
-			// ServiceAccount may not read claims.
-			func(lc fx.Lifecycle, api *kubeAPI, log *zap.Logger) (ports.EventRecorder, error) {
-				return eventRecorder(lc, o, api, log, false)
+			// Events on the ReplicatedVolume and its claim (the replica's
+			// ServiceAccount may get claims; a release whose RBAC does not
+			// grant it yet raises them on the ReplicatedVolume only).
+			func(lc fx.Lifecycle, api *kubeAPI, reg *prometheus.Registry, log *zap.Logger) (ports.EventRecorder, error) {
+				return eventRecorder(lc, o, api, reg, log, true)
 			},
 			func(s ports.SnapshotStore, pool ports.PoolFeatures, c replication.SharedState, t *peer.Client, events ports.EventRecorder, log *zap.Logger) (*replication.Replicator, error) {
 				return replicator(o.ReplicaOptions, replica.Node(o.NodeID), o.AllowedLag, s, pool, c, t, events, log)
