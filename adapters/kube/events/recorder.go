@@ -69,8 +69,8 @@ type Options struct {
 	// Host is the events' reporting instance: the node.
 	Host string
 	// Claims: also raise each event on the volume's claim. It needs `get`
-	// on persistentvolumeclaims; Ferry's volume managers have none and
-	// raise events on the ReplicatedVolume only.
+	// on persistentvolumeclaims (a refused read raises the event on the
+	// ReplicatedVolume alone, and the claim is looked for again later).
 	Claims bool
 	// Queue is how many events wait for the worker before new ones are
 	// dropped.

@@ -57,8 +57,10 @@ func TestEachServiceAccountMayDoWhatItNeedsAndNothingMore(t *testing.T) {
 			{"get", "leases.coordination.k8s.io", "ferry-system", true},
 			{"create", "events", "ferry-system", true},
 			{"create", "events", "default", true}, // a ReplicatedVolume's events
-			// Its events go on the ReplicatedVolume only: no claim is read.
-			{"get", "persistentvolumeclaims", "default", false},
+			// Its events go on the claim too, whose UID the recorder reads.
+			{"get", "persistentvolumeclaims", "default", true},
+			{"list", "persistentvolumeclaims", "default", false},
+			{"update", "persistentvolumeclaims", "default", false},
 			{"patch", "replicatedvolumes.ferry.zfs.csi.io", "", true}, // only the finalizer: admission-replicatedvolumes.yaml
 			{"update", "replicatedvolumes.ferry.zfs.csi.io", "", false},
 			{"delete", "replicatedvolumes.ferry.zfs.csi.io", "", false},
