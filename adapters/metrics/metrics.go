@@ -34,6 +34,17 @@ func NewRegistry() *prometheus.Registry {
 	return r
 }
 
+// NewBuildInfo registers ferry_build_info: 1, labelled with the
+// process's version and mode (daemon, controller, volume-manager), so that
+// a query or `kubectl ferry doctor` finds the processes of other releases.
+func NewBuildInfo(r prometheus.Registerer, version, mode string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_build_info",
+		Help:        "1, labelled with the version and the mode of this Ferry process.",
+		ConstLabels: prometheus.Labels{"version": version, "mode": mode}})
+	g.Set(1)
+	r.MustRegister(g)
+}
+
 // Handler serves the registry's metrics in the exposition format.
 func Handler(r *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()

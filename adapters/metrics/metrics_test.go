@@ -284,3 +284,15 @@ ferry_primary_changes_total{cause="takeover"} 1
 		t.Error(err)
 	}
 }
+
+func TestBuildInfoNamesTheVersionAndMode(t *testing.T) {
+	r := NewRegistry()
+	NewBuildInfo(r, "v0.3.0", "daemon")
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_build_info 1, labelled with the version and the mode of this Ferry process.
+# TYPE ferry_build_info gauge
+ferry_build_info{mode="daemon",version="v0.3.0"} 1
+`), "ferry_build_info"); err != nil {
+		t.Error(err)
+	}
+}

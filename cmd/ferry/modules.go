@@ -46,6 +46,7 @@ func base(o *Options, mode string) fx.Option {
 		// --metrics-listen.
 		fx.Provide(metrics.NewRegistry),
 		fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, log *zap.Logger) {
+			metrics.NewBuildInfo(reg, version, mode)
 			serveHTTP(lc, o.MetricsListen, metrics.Handler(reg), "serving metrics", log)
 		}),
 		// One table of per-volume locks for the process: a daemon that
