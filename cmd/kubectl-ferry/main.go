@@ -5,6 +5,11 @@
 //	kubectl ferry status     every volume: its claim, copies and where, the
 //	                         primary, the newest snapshot, the worst lag,
 //	                         and each transfer under way with a bar
+//	kubectl ferry doctor     checks Ferry on the cluster: its CRD, CSIDriver
+//	                         and admission policies, the node daemons (ready,
+//	                         one version), each node's pool (read, free
+//	                         space), the peer certificates' expiry, and the
+//	                         volumes' phases; exit status 1 on a failure
 //	kubectl ferry version    this plugin's version
 //
 // Transfers are read from the volume managers' metrics through the API
@@ -52,17 +57,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	namespace := fs.String("ferry-namespace", "ferry-system", "the namespace Ferry runs in")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|version")
+		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	switch fs.Arg(0) {
+	cmd := fs.Arg(0)
+	switch cmd {
 	case "version":
 		fmt.Fprintln(stdout, "kubectl-ferry", version)
 		return 0
-	case "status":
+	case "status", "doctor":
 	default:
 		fs.Usage()
 		return 2
@@ -86,6 +92,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if cmd == "doctor" {
+		fs := doctor(ctx, doctorEnv{kube: kube, dyn: dyn, ns: *namespace, now: time.Now(), version: version, scrape: proxyScrape(kube)})
+		if !writeDoctor(stdout, fs) {
+			return 1
+		}
+		return 0
+	}
 	rows, warnings, err := status(ctx, kube, dyn, *namespace)
 	if err != nil {
 		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
@@ -140,9 +153,7 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 			} else if p.Annotations["prometheus.io/scrape"] == "" {
 				continue // a volume manager without metrics (made by an earlier release)
 			}
-			sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-			body, err := kube.CoreV1().Pods(ns).ProxyGet("http", p.Name, port, "metrics", nil).DoRaw(sctx)
-			cancel()
+			body, err := proxyScrape(kube)(ctx, p, port)
 			if err != nil {
 				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", p.Name, err))
 				continue
@@ -159,8 +170,19 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 	return rows, warnings, nil
 }
 
-// scrapeTimeout bounds the read of one volume manager's metrics.
+// scrapeTimeout bounds the read of one process's metrics.
 const scrapeTimeout = 5 * time.Second
+
+// proxyScrape reads a pod's metrics through the API server's pod proxy
+// (get pods/proxy), within scrapeTimeout.
+func proxyScrape(kube kubernetes.Interface) func(ctx context.Context, p corev1.Pod, port string) (string, error) {
+	return func(ctx context.Context, p corev1.Pod, port string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+		defer cancel()
+		body, err := kube.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, port, "metrics", nil).DoRaw(ctx)
+		return string(body), err
+	}
+}
 
 // volumeID is the volume's CSI ID (the object's name when it is one).
 func volumeID(rv rvapi.ReplicatedVolume) string {
