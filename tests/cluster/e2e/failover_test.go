@@ -264,12 +264,25 @@ func nodeLoss(t *testing.T, fault string) {
 	if err != nil || rv.Status.Primary != second {
 		t.Fatalf("after the failover the primary is %q, want %s: %+v %v", rv.Status.Primary, second, rv.Status, err)
 	}
+	// The survivors' daemons count the takeover.
+	eventually(t, "the takeover counted in the survivors' metrics", 30*time.Second, func() (bool, string) {
+		n, seen := nodeMetric(t, "", first, "ferry_primary_changes_total", `cause="takeover"`)
+		return n >= 1, seen
+	})
 
 	// The node returns: its copy rejoins as a ready secondary of the new
 	// epoch, or leaves when a copy made meanwhile left it surplus; its
 	// taint goes, and the pod keeps writing where it runs.
 	nodeFault(t, "restore", first)
 	restored = true
+	if fault == "cut" {
+		// The cut-off node fenced the volume (its daemon, or the
+		// primary's watchdog), and counted it: it ran on through the cut.
+		eventually(t, "the fence counted in the metrics of "+first, 60*time.Second, func() (bool, string) {
+			n, seen := nodeMetric(t, first, "", "ferry_events_total", `reason="Fenced"`)
+			return n >= 1, seen
+		})
+	}
 	if returnedNodeRejoins(t, vol, first, second) {
 		if n := hostLast(t, first, vol); n < resumed {
 			t.Fatalf("the returned copy ends at %d, before the new primary resumed at %d", n, resumed)
