@@ -396,3 +396,43 @@ func TestThePrometheusRuleIsTheCheckedRuleFile(t *testing.T) {
 		t.Errorf("the PrometheusRule's labels are %v, want release=prom among them", l)
 	}
 }
+
+// The dashboard's ConfigMap carries the dashboard file as it is, with the
+// label Grafana's sidecar looks for; the PodMonitor keeps only pods that
+// say they serve metrics. Neither is made by default (their consumers may
+// be missing).
+func TestTheDashboardAndPodMonitorAreOptIn(t *testing.T) {
+	helm := tool(t, "HELM", filepath.Join(os.Getenv("HOME"), ".cache/ferry/tools/helm-v4.3.1/helm"))
+	if out := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system")); strings.Contains(out, "kind: PodMonitor") || strings.Contains(out, "ferry-grafana-dashboard") {
+		t.Error("the chart makes a PodMonitor or the dashboard's ConfigMap by default")
+	}
+	out := run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--show-only", "templates/grafana-dashboard.yaml",
+		"--set", "monitoring.grafanaDashboard.enabled=true", "--set", "monitoring.grafanaDashboard.namespace=monitoring")
+	var cm struct {
+		Metadata struct {
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(out, &cm); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile("../../deploy/helm/ferry/dashboards/ferry.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["ferry.json"] != strings.TrimRight(string(file), "\n") {
+		t.Error("the ConfigMap's ferry.json is not dashboards/ferry.json")
+	}
+	if cm.Metadata.Namespace != "monitoring" || cm.Metadata.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("the dashboard's ConfigMap: namespace %q, labels %v", cm.Metadata.Namespace, cm.Metadata.Labels)
+	}
+	pm := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--show-only", "templates/podmonitor.yaml",
+		"--set", "monitoring.podMonitor.enabled=true"))
+	for _, want := range []string{"kind: PodMonitor", "__meta_kubernetes_pod_annotation_prometheus_io_scrape", "__meta_kubernetes_pod_annotation_prometheus_io_port", "action: keep"} {
+		if !strings.Contains(pm, want) {
+			t.Errorf("the PodMonitor lacks %q:\n%s", want, pm)
+		}
+	}
+}
