@@ -5,6 +5,10 @@
 //	kubectl ferry status     every volume: its claim, copies and where, the
 //	                         primary, the newest snapshot, the worst lag,
 //	                         and each transfer under way with a bar
+//	kubectl ferry describe VOLUME|CLAIM
+//	                         one volume: its claim, spec, copies (role,
+//	                         snapshot, readiness, lag, transfer) and the
+//	                         newest events on it and on its claim
 //	kubectl ferry doctor     checks Ferry on the cluster: its CRD, CSIDriver
 //	                         and admission policies, the node daemons (ready,
 //	                         one version), each node's pool (read, free
@@ -57,18 +61,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	namespace := fs.String("ferry-namespace", "ferry-system", "the namespace Ferry runs in")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version")
+		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version\n       kubectl ferry [flags] describe [-n NAMESPACE] VOLUME|CLAIM|NAMESPACE/CLAIM")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cmd := fs.Arg(0)
+	var claimNS, target string
 	switch cmd {
 	case "version":
 		fmt.Fprintln(stdout, "kubectl-ferry", version)
 		return 0
 	case "status", "doctor":
+	case "describe":
+		sub := flag.NewFlagSet("describe", flag.ContinueOnError)
+		sub.SetOutput(stderr)
+		sub.StringVar(&claimNS, "n", "", "the claim's namespace (then name the claim alone)")
+		sub.StringVar(&claimNS, "namespace", "", "the claim's namespace (then name the claim alone)")
+		if err := sub.Parse(fs.Args()[1:]); err != nil {
+			return 2
+		}
+		if sub.NArg() != 1 {
+			fs.Usage()
+			return 2
+		}
+		target = sub.Arg(0)
 	default:
 		fs.Usage()
 		return 2
@@ -92,6 +110,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if cmd == "describe" {
+		rv, err := findVolume(ctx, dyn, target, claimNS)
+		if err != nil {
+			fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+			return 1
+		}
+		if err := writeDescription(stdout, describe(ctx, kube, rv, *namespace, proxyScrape(kube)), time.Now()); err != nil {
+			return 1
+		}
+		return 0
+	}
 	if cmd == "doctor" {
 		fs := doctor(ctx, doctorEnv{kube: kube, dyn: dyn, ns: *namespace, now: time.Now(), version: version, scrape: proxyScrape(kube)})
 		if !writeDoctor(stdout, fs) {

@@ -246,4 +246,16 @@ func TestAMoveIsCountedAsAPromotionAndItsEventReachesTheClaim(t *testing.T) {
 			"-o", "jsonpath={range .items[*]}{.source.host} {.message}{\"\\n\"}{end}")
 		return err == nil && strings.Contains(out, "replica on "+second), out
 	})
+	// kubectl ferry describe, by the claim: the new primary, both copies,
+	// the promotion among the events.
+	out, err := exec.Command("../../../bin/kubectl-ferry", "--kubeconfig", kubeconfig, "describe", ns+"/data-moved-0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl ferry describe: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Volume:              " + vol, "Claim:               " + ns + "/data-moved-0", "Primary:             " + second,
+		"  " + first + "  ", "  " + second + "  primary", "BecamePrimary"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl ferry describe lacks %q:\n%s", want, out)
+		}
+	}
 }
