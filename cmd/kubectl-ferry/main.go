@@ -187,8 +187,11 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", p.Name, err))
 				continue
 			}
-			if t, ok := transferOf(strings.NewReader(string(body))); ok {
+			if t, ok := transferOf(strings.NewReader(body)); ok {
 				row.transfers[p.Spec.NodeName] = t
+			}
+			if v, ok := first(parseMetrics(body), "ferry_replica_lag_seconds"); ok && (row.lag == nil || v > *row.lag) {
+				row.lag = &v
 			}
 		}
 		rows = append(rows, row)

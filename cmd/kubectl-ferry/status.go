@@ -23,15 +23,19 @@ type transfer struct {
 type volumeRow struct {
 	rv        rvapi.ReplicatedVolume
 	transfers map[string]transfer // by node
+	// lag is the most any copy lags, in seconds (ferry_replica_lag_seconds);
+	// nil: no volume manager said.
+	lag *float64
 }
 
 // writeStatus prints every volume: its claim, its copies and where, the
-// primary, the newest snapshot and the worst lag, and each transfer under
-// way with a bar.
+// primary, the newest snapshot and the worst lag (in snapshots, and in
+// seconds as the volume managers say), and each transfer under way with a
+// bar.
 func writeStatus(w io.Writer, rows []volumeRow) error {
 	sort.Slice(rows, func(i, j int) bool { return rows[i].rv.Name < rows[j].rv.Name })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VOLUME\tCLAIM\tRF\tREADY\tPRIMARY\tCOPIES\tNEWEST\tMAX LAG\tPHASE")
+	fmt.Fprintln(tw, "VOLUME\tCLAIM\tRF\tREADY\tPRIMARY\tCOPIES\tNEWEST\tMAX LAG\tPHASE\tLAG")
 	for _, r := range rows {
 		s, sp := r.rv.Status, r.rv.Spec
 		claim := "-"
@@ -46,8 +50,12 @@ func writeStatus(w io.Writer, rows []volumeRow) error {
 		if newest == "" {
 			newest = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", r.rv.Name, claim, sp.ReplicationFactor, s.ReadyReplicas, primary,
-			copies(s.Replicas), newest, s.MaxLag, orDash(s.Phase))
+		lag := "-"
+		if r.lag != nil {
+			lag = (time.Duration(*r.lag * float64(time.Second))).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.rv.Name, claim, sp.ReplicationFactor, s.ReadyReplicas, primary,
+			copies(s.Replicas), newest, s.MaxLag, orDash(s.Phase), lag)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -28,9 +28,10 @@ func TestStatusShowsEachVolumesClaimCopiesAndTransfers(t *testing.T) {
 	b.Name = "pvc-b"
 	b.Spec = rvapi.Spec{ReplicationFactor: 3}
 	var out bytes.Buffer
+	lag := 7.6
 	rows := []volumeRow{
 		{rv: b},
-		{rv: a, transfers: map[string]transfer{"node2": {Bytes: 512 << 20, Estimated: 1 << 30, ETA: 12 * time.Second}}},
+		{rv: a, transfers: map[string]transfer{"node2": {Bytes: 512 << 20, Estimated: 1 << 30, ETA: 12 * time.Second}}, lag: &lag},
 	}
 	if err := writeStatus(&out, rows); err != nil {
 		t.Fatal(err)
@@ -42,10 +43,10 @@ func TestStatusShowsEachVolumesClaimCopiesAndTransfers(t *testing.T) {
 			t.Errorf("header %q lacks %s", lines[0], want)
 		}
 	}
-	if f := strings.Fields(lines[1]); len(f) < 9 || f[0] != "pvc-a" || f[1] != "shop/data-db-0" || f[4] != "node1" || f[5] != "node1:40*,node2:37!" || f[6] != "ferry-1-40" || f[7] != "3" {
+	if f := strings.Fields(lines[1]); len(f) < 9 || f[0] != "pvc-a" || f[1] != "shop/data-db-0" || f[4] != "node1" || f[5] != "node1:40*,node2:37!" || f[6] != "ferry-1-40" || f[7] != "3" || f[9] != "8s" {
 		t.Errorf("pvc-a's line: %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); len(f) < 9 || f[0] != "pvc-b" || f[1] != "-" || f[5] != "-" {
+	if f := strings.Fields(lines[2]); len(f) < 9 || f[0] != "pvc-b" || f[1] != "-" || f[5] != "-" || f[len(f)-1] != "-" {
 		t.Errorf("pvc-b's line (no claim, no copies yet): %q", lines[2])
 	}
 	if !strings.Contains(got, "pvc-a on node2  [##########..........]  50% 512.0 MiB of 1.0 GiB, 12s left") {
