@@ -9,6 +9,9 @@
 //	                         one volume: its claim, spec, copies (role,
 //	                         snapshot, readiness, lag, transfer) and the
 //	                         newest events on it and on its claim
+//	kubectl ferry dashboard  serves a status page on 127.0.0.1:8089: the
+//	                         volumes, their copies per node, lag, transfers
+//	                         with progress bars, recent failovers and fences
 //	kubectl ferry doctor     checks Ferry on the cluster: its CRD, CSIDriver
 //	                         and admission policies, the node daemons (ready,
 //	                         one version), each node's pool (read, free
@@ -30,8 +33,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,19 +66,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	namespace := fs.String("ferry-namespace", "ferry-system", "the namespace Ferry runs in")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version\n       kubectl ferry [flags] describe [-n NAMESPACE] VOLUME|CLAIM|NAMESPACE/CLAIM")
+		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version\n       kubectl ferry [flags] describe [-n NAMESPACE] VOLUME|CLAIM|NAMESPACE/CLAIM\n       kubectl ferry [flags] dashboard [--listen 127.0.0.1:8089] [--public]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	cmd := fs.Arg(0)
-	var claimNS, target string
+	var claimNS, target, listen string
+	var public bool
 	switch cmd {
 	case "version":
 		fmt.Fprintln(stdout, "kubectl-ferry", version)
 		return 0
 	case "status", "doctor":
+	case "dashboard":
+		sub := flag.NewFlagSet("dashboard", flag.ContinueOnError)
+		sub.SetOutput(stderr)
+		sub.StringVar(&listen, "listen", "127.0.0.1:8089", "where to serve the status page")
+		sub.BoolVar(&public, "public", false, "allow a --listen address that is not loopback")
+		if err := sub.Parse(fs.Args()[1:]); err != nil || sub.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
 	case "describe":
 		sub := flag.NewFlagSet("describe", flag.ContinueOnError)
 		sub.SetOutput(stderr)
@@ -107,6 +122,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
 		return 1
+	}
+	if cmd == "dashboard" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := serveDashboard(ctx, listen, public, dashboardHandler(kube, dyn, *namespace, time.Now), stdout); err != nil {
+			fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
