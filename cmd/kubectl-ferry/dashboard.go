@@ -144,6 +144,7 @@ h2 { font-size: 17px; margin: 28px 0 8px 0; }
 table { border-collapse: collapse; width: 100%; background: #fff; }
 th, td { text-align: left; padding: 7px 10px; border-bottom: 1px solid #dde3e9; font-size: 14px; vertical-align: top; }
 th { background: #e9eef3; font-weight: 600; }
+td.nowrap { white-space: nowrap; }
 .badge { display: inline-block; padding: 2px 9px; border-radius: 4px; color: #fff; font-weight: 600; font-size: 13px; }
 .badge.ok { background: #2e7d32; } .badge.warn { background: #e65100; } .badge.gone { background: #616161; } .badge.unknown { background: #6a1b9a; }
 .copy { display: inline-block; margin: 0 8px 6px 0; padding: 5px 8px; border-radius: 4px; border: 2px solid #90a4ae; background: #fff; min-width: 150px; font-size: 13px; }
@@ -164,9 +165,9 @@ th { background: #e9eef3; font-weight: 600; }
 <table id="volumes">
 <tr><th>Volume</th><th>Claim</th><th>Phase</th><th>Ready / RF</th><th>Newest</th><th>Worst lag</th><th>Copies</th></tr>
 {{range .Volumes}}<tr class="volume" data-volume="{{.Name}}">
-<td>{{.Name}}</td><td>{{.Claim}}</td>
+<td>{{.Name}}</td><td class="nowrap">{{.Claim}}</td>
 <td><span class="badge {{phaseClass .Phase}}">{{.Phase}}</span></td>
-<td>{{.Ready}} / {{.RF}}</td><td>{{.Newest}}</td><td>{{.Lag}}</td>
+<td class="nowrap">{{.Ready}} / {{.RF}}</td><td class="nowrap">{{.Newest}}</td><td class="nowrap">{{.Lag}}</td>
 <td>{{range .Copies}}<div class="copy{{if eq .Role "primary"}} primary{{else if not .Ready}} notready{{end}}">
 <b>{{.Node}}</b> · {{.Role}}<br>{{.Snapshot}}
 {{if .Transfer}}<div class="bar">{{if ge .Percent 0}}<div class="fill" style="width: {{.Percent}}%"></div>{{else}}<div class="fill unknown"></div>{{end}}</div>{{.TransferCaption}}{{end}}
