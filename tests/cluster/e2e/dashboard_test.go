@@ -133,4 +133,3 @@ func TestTheStatusPageShowsTheClustersVolumesInABrowser(t *testing.T) {
 		}
 	}
 }
-
