@@ -222,10 +222,21 @@ type SnapshotInfo struct {
 	Metadata  map[string]string
 }
 
+// KeptCopies lists the copies a store kept aside (SnapshotStore.KeepAside)
+// that no operator has dropped yet: what `kubectl ferry fenced` and the
+// node daemon's metrics show.
+type KeptCopies interface {
+	// ListKept lists them, sorted by Name; none: an empty list.
+	ListKept(ctx context.Context) ([]KeptCopy, error)
+}
+
 // KeptCopy is a copy of a volume kept aside (SnapshotStore.KeepAside).
 type KeptCopy struct {
 	// Name is what an operator looks for (ZFS: the held dataset@snapshot).
 	Name string
+	// Volume is the volume it was kept from; Taken when (zero: unknown).
+	Volume volume.ID
+	Taken  time.Time
 	// Inspect and Drop say, in the store's own terms, how to look at the
 	// copy and how to destroy it once it is no longer wanted.
 	Inspect, Drop string

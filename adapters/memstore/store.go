@@ -23,6 +23,7 @@ type Store struct {
 	guidSeed uint64
 	now      func() time.Time
 	kept     map[string]files // copies kept aside, by KeptCopy.Name
+	keptFrom map[string]volume.ID
 }
 
 var _ ports.SnapshotStore = (*Store)(nil)
@@ -48,7 +49,7 @@ type snap struct {
 // totalBytes. guidSeed makes GUIDs distinct between stores that exchange
 // streams (use a different seed per simulated node).
 func New(dir string, totalBytes int64, guidSeed uint64) *Store {
-	return &Store{dir: dir, total: totalBytes, volumes: map[volume.ID]*vol{}, kept: map[string]files{}, guidSeed: guidSeed << 32, now: time.Now}
+	return &Store{dir: dir, total: totalBytes, volumes: map[volume.ID]*vol{}, kept: map[string]files{}, keptFrom: map[string]volume.ID{}, guidSeed: guidSeed << 32, now: time.Now}
 }
 
 func (s *Store) path(id volume.ID) string { return filepath.Join(s.dir, string(id)) }
@@ -235,7 +236,7 @@ func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports
 	}
 	key := "kept/" + string(id) + "-" + name
 	if f, ok := s.kept[key]; ok {
-		return keptCopy(key, f), nil
+		return keptCopy(key, id, f), nil
 	}
 	f, err := readFiles(s.path(id))
 	if err != nil {
@@ -244,12 +245,26 @@ func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports
 	if f.size() > s.total-s.reserved() {
 		return ports.KeptCopy{}, fmt.Errorf("keep %s aside: %d bytes: %w", id, f.size(), ports.ErrNoSpace)
 	}
-	s.kept[key] = f
-	return keptCopy(key, f), nil
+	s.kept[key], s.keptFrom[key] = f, id
+	return keptCopy(key, id, f), nil
 }
 
-func keptCopy(key string, f files) ports.KeptCopy {
-	return ports.KeptCopy{Name: key, Inspect: "memstore: KeptFiles(" + key + ")", Drop: "memstore: DropKept(" + key + ")", SizeBytes: f.size()}
+func keptCopy(key string, id volume.ID, f files) ports.KeptCopy {
+	return ports.KeptCopy{Name: key, Volume: id, Inspect: "memstore: KeptFiles(" + key + ")", Drop: "memstore: DropKept(" + key + ")", SizeBytes: f.size()}
+}
+
+var _ ports.KeptCopies = (*Store)(nil)
+
+// ListKept implements ports.KeptCopies.
+func (s *Store) ListKept(context.Context) ([]ports.KeptCopy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ports.KeptCopy, 0, len(s.kept))
+	for key, f := range s.kept {
+		out = append(out, keptCopy(key, s.keptFrom[key], f))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }
 
 // KeptFiles returns the files of a copy kept aside (nil when none), by
@@ -273,6 +288,7 @@ func (s *Store) DropKept(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.kept, name)
+	delete(s.keptFrom, name)
 }
 
 // LockWrites implements ports.WriteLock by its record alone: a directory

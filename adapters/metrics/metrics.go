@@ -45,8 +45,9 @@ func NewBuildInfo(r prometheus.Registerer, version, mode string) {
 	r.MustRegister(g)
 }
 
-// Handler serves the registry's metrics in the exposition format.
-func Handler(r *prometheus.Registry) http.Handler {
+// Handler serves the registry's metrics in the exposition format, on
+// GET /metrics; a process may add its own read-only routes.
+func Handler(r *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{Registry: r}))
 	return mux
@@ -146,16 +147,9 @@ func (z *ZFS) Observe(tool, subcommand string, took time.Duration, err error) {
 // the last reading (zfs commands share a few slots with the CSI calls).
 type Pool struct {
 	node, pool string
-	capacity   func(context.Context) (ports.PoolCapacity, error)
 	size, free *prometheus.Desc
 	up         *prometheus.Desc
-
-	maxAge  time.Duration // poolMaxAge
-	reading sync.Mutex    // held by the read under way
-	mu      sync.Mutex    // guards what follows
-	last    ports.PoolCapacity
-	lastErr error
-	read    time.Time // when last was read; zero: never
+	*cached[ports.PoolCapacity]
 }
 
 // poolMaxAge is how long a pool reading serves scrapes.
@@ -164,7 +158,7 @@ const poolMaxAge = 10 * time.Second
 // NewPool registers the pool's metrics in r.
 func NewPool(r prometheus.Registerer, node, pool string, capacity func(context.Context) (ports.PoolCapacity, error)) *Pool {
 	labels := prometheus.Labels{"node": node, "pool": pool}
-	p := &Pool{node: node, pool: pool, capacity: capacity, maxAge: poolMaxAge,
+	p := &Pool{node: node, pool: pool, cached: &cached[ports.PoolCapacity]{read: capacity, maxAge: poolMaxAge},
 		size: prometheus.NewDesc("ferry_pool_size_bytes", "The size of the pool Ferry's volumes are in (what they use and what is free).", nil, labels),
 		free: prometheus.NewDesc("ferry_pool_available_bytes", "What the pool has free for Ferry's volumes.", nil, labels),
 		up:   prometheus.NewDesc("ferry_pool_up", "1 when the pool answered the scrape's read, 0 when it did not.", nil, labels),
@@ -176,12 +170,25 @@ func NewPool(r prometheus.Registerer, node, pool string, capacity func(context.C
 // Describe implements prometheus.Collector.
 func (p *Pool) Describe(ch chan<- *prometheus.Desc) { ch <- p.size; ch <- p.free; ch <- p.up }
 
-// current returns the pool's last reading, reading it again first when it
-// is older than poolMaxAge and no other read is under way.
-func (p *Pool) current() (ports.PoolCapacity, error) {
+// cached is a reading of the store that serves scrapes for maxAge: read
+// again only when older, and by one scrape at a time (the others get the
+// last reading; the very first waits for it).
+type cached[T any] struct {
+	read    func(context.Context) (T, error)
+	maxAge  time.Duration
+	reading sync.Mutex // held by the read under way
+	mu      sync.Mutex // guards what follows
+	last    T
+	lastErr error
+	at      time.Time // when last was read; zero: never
+}
+
+// current returns the last reading, reading again first when it is older
+// than maxAge and no other read is under way.
+func (p *cached[T]) current() (T, error) {
 	p.mu.Lock()
-	never := p.read.IsZero()
-	fresh := !never && time.Since(p.read) < p.maxAge
+	never := p.at.IsZero()
+	fresh := !never && time.Since(p.at) < p.maxAge
 	c, err := p.last, p.lastErr
 	p.mu.Unlock()
 	if fresh {
@@ -200,9 +207,9 @@ func (p *Pool) current() (ports.PoolCapacity, error) {
 	defer p.reading.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err = p.capacity(ctx)
+	c, err = p.read(ctx)
 	p.mu.Lock()
-	p.last, p.lastErr, p.read = c, err, time.Now()
+	p.last, p.lastErr, p.at = c, err, time.Now()
 	p.mu.Unlock()
 	return c, err
 }

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http/httptest"
@@ -294,5 +295,48 @@ func TestBuildInfoNamesTheVersionAndMode(t *testing.T) {
 ferry_build_info{mode="daemon",version="v0.3.0"} 1
 `), "ferry_build_info"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestKeptCopiesAreCountedAndListed(t *testing.T) {
+	r := NewRegistry()
+	taken := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	list := []ports.KeptCopy{
+		{Name: "tank/ferry-fenced/pvc-1-k1@k1", Volume: "pvc-1", SizeBytes: 1000, Taken: taken, Inspect: "zfs set mountpoint=<dir> x", Drop: "zfs destroy -r x"},
+		{Name: "tank/ferry-fenced/pvc-2-k2@k2", Volume: "pvc-2", SizeBytes: 24},
+	}
+	var fail error
+	k := NewKept(r, "n1", func(context.Context) ([]ports.KeptCopy, error) { return list, fail })
+	k.maxAge = 0
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_kept_copies Copies kept aside on this node (fenced writes a takeover gave up) that no operator has dropped.
+# TYPE ferry_kept_copies gauge
+ferry_kept_copies{node="n1"} 2
+# HELP ferry_kept_copies_bytes What the copies kept aside on this node reference.
+# TYPE ferry_kept_copies_bytes gauge
+ferry_kept_copies_bytes{node="n1"} 1024
+`), "ferry_kept_copies", "ferry_kept_copies_bytes"); err != nil {
+		t.Error(err)
+	}
+	srv := httptest.NewServer(k)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []KeptCopyJSON
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(got) != 2 || got[0].Volume != "pvc-1" || got[0].Bytes != 1000 || !got[0].Taken.Equal(taken) || got[0].Drop != "zfs destroy -r x" || got[1].Name != list[1].Name {
+		t.Errorf("GET /kept = %+v", got)
+	}
+	fail = errors.New("zfs: pool suspended")
+	if n, err := testutil.GatherAndCount(r, "ferry_kept_copies"); err != nil || n != 0 {
+		t.Errorf("unreadable: %d series of ferry_kept_copies (%v), want none", n, err)
+	}
+	if resp, err := srv.Client().Get(srv.URL); err != nil || resp.StatusCode != 503 {
+		t.Errorf("GET /kept unreadable: %v %v, want 503", resp, err)
 	}
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
@@ -119,12 +123,51 @@ func (s *Store) kept(ctx context.Context, dest, snap string) (ports.KeptCopy, er
 	if _, err := s.run.zfs(ctx, "hold", FencedHold, snap); err != nil && !errors.Is(err, ports.ErrExists) {
 		return ports.KeptCopy{}, err
 	}
-	return ports.KeptCopy{
+	return s.keptCopy(dest, snap, rows[0]), nil
+}
+
+// keptCopy describes the copy kept aside in dest, whose snapshot snap's
+// properties row holds.
+func (s *Store) keptCopy(dest, snap string, row *propRow) ports.KeptCopy {
+	c := ports.KeptCopy{
 		Name:      snap,
 		Inspect:   fmt.Sprintf("zfs set mountpoint=<dir> %s (read-only)", dest),
 		Drop:      fmt.Sprintf("zfs release %s %s; zfs destroy -r %s", FencedHold, snap, dest),
-		SizeBytes: rows[0].int64("referenced"),
-	}, nil
+		SizeBytes: row.int64("referenced"),
+	}
+	// <KeptRoot>/<volume>-<name>@<name>
+	if _, name, ok := strings.Cut(snap, "@"); ok {
+		c.Volume = volume.ID(strings.TrimSuffix(strings.TrimPrefix(dest, s.KeptRoot()+"/"), "-"+name))
+	}
+	if t := row.int64("creation"); t > 0 {
+		c.Taken = time.Unix(t, 0).UTC()
+	}
+	return c
+}
+
+var _ ports.KeptCopies = (*Store)(nil)
+
+// ListKept implements ports.KeptCopies: the held snapshots of the datasets
+// directly below KeptRoot (a copy whose keeping was interrupted, with no
+// snapshot yet, is not one: KeepAside makes it again).
+func (s *Store) ListKept(ctx context.Context) ([]ports.KeptCopy, error) {
+	rows, err := s.getDepth(ctx, 2, s.KeptRoot())
+	if errors.Is(err, ports.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []ports.KeptCopy
+	for _, row := range rows {
+		dest, _, isSnap := strings.Cut(row.name, "@")
+		if !isSnap || path.Dir(dest) != s.KeptRoot() {
+			continue
+		}
+		out = append(out, s.keptCopy(dest, row.name, row))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }
 
 // destroySnapshotIfExists destroys one snapshot; a missing one is fine.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os/signal"
 	"syscall"
 	"time"
@@ -59,8 +60,11 @@ func daemonApp(o *Options) fx.Option {
 			})),
 		failoverModule(o, relay),
 		orchestrationModule(o),
-		fx.Invoke(func(reg *prometheus.Registry, s ports.SnapshotStore) {
+		fx.Invoke(func(reg *prometheus.Registry, mux *http.ServeMux, s ports.SnapshotStore, kept ports.KeptCopies) {
 			metrics.NewPool(reg, o.NodeID, o.Pool, s.Capacity)
+			// The copies kept aside: counted, and listed on GET /kept
+			// (kubectl ferry fenced).
+			mux.Handle("GET /kept", metrics.NewKept(reg, o.NodeID, kept.ListKept))
 		}),
 		// Last to start, first to stop: a stopping daemon drains its calls
 		// in flight (up to --stop-timeout) while its Lease is still renewed

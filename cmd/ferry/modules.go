@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -44,10 +45,10 @@ func base(o *Options, mode string) fx.Option {
 		}),
 		// One registry of metrics for the process, served on
 		// --metrics-listen.
-		fx.Provide(metrics.NewRegistry),
-		fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, log *zap.Logger) {
+		fx.Provide(metrics.NewRegistry, metrics.Handler),
+		fx.Invoke(func(lc fx.Lifecycle, reg *prometheus.Registry, mux *http.ServeMux, log *zap.Logger) {
 			metrics.NewBuildInfo(reg, version, mode)
-			serveHTTP(lc, o.MetricsListen, metrics.Handler(reg), "serving metrics", log)
+			serveHTTP(lc, o.MetricsListen, mux, "serving metrics", log)
 		}),
 		// One table of per-volume locks for the process: a daemon that
 		// also serves the controller never deletes a volume it publishes.
@@ -84,7 +85,7 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 	if o.Store == "memory" {
 		return fx.Provide(fx.Annotate(
 			func() *memstore.Store { return memstore.New(o.MemoryDir, 100*volume.GiB, 1) },
-			fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock))),
+			fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock)), fx.As(new(ports.KeptCopies))),
 			func() ports.PoolFeatures { return ports.NoPoolFeatures{} })
 	}
 	return fx.Provide(fx.Annotate(
@@ -104,7 +105,7 @@ func storeModule(o StoreOptions, driver string) fx.Option {
 			}})
 			return s, nil
 		},
-		fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock)), fx.As(new(ports.PoolFeatures))))
+		fx.As(new(ports.SnapshotStore)), fx.As(new(ports.WriteLock)), fx.As(new(ports.PoolFeatures)), fx.As(new(ports.KeptCopies))))
 }
 
 // csiServer serves the CSI services on the endpoint; its hooks start the

@@ -3,7 +3,9 @@ package contract
 import (
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
 
@@ -20,6 +22,7 @@ func RunKeepAside(t *testing.T, newStore StoreFactory, files KeptFiles) {
 		{"a copy kept aside holds the data as it was, changes never snapshotted included, and outlives a rollback and the volume", keptCopyOutlivesTheVolume},
 		{"keeping aside again under the same name returns the first copy", keepAsideIsIdempotent},
 		{"a missing volume keeps nothing aside", keepAsideMissingVolume},
+		{"the copies kept aside are listed with their volume, size and time until dropped", keptCopiesAreListed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t), files) })
@@ -115,5 +118,57 @@ func keepAsideIsIdempotent(t *testing.T, s ports.SnapshotStore, files KeptFiles)
 func keepAsideMissingVolume(t *testing.T, s ports.SnapshotStore, _ KeptFiles) {
 	if _, err := s.KeepAside(ctx, "nope", "k1"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("KeepAside(nope) = %v, want ErrNotFound", err)
+	}
+}
+
+func keptCopiesAreListed(t *testing.T, s ports.SnapshotStore, _ KeptFiles) {
+	lister, ok := s.(ports.KeptCopies)
+	if !ok {
+		t.Fatalf("%T keeps copies aside and cannot list them (ports.KeptCopies)", s)
+	}
+	if list, err := lister.ListKept(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("ListKept before any copy = %+v, %v; want none", list, err)
+	}
+	for _, id := range []volume.ID{"vol-b", "vol-a"} {
+		info := mustCreate(t, s, id)
+		write(t, info, "f", "fenced writes of "+string(id))
+	}
+	before := time.Now().Add(-2 * time.Second)
+	b, err := s.KeepAside(ctx, "vol-b", "fenced-e3-ferry-2-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.KeepAside(ctx, "vol-a", "fenced-e4-ferry-3-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := lister.ListKept(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListKept = %+v, %v; want the two copies", list, err)
+	}
+	for i, want := range []ports.KeptCopy{a, b} {
+		got := list[i]
+		if got.Name != want.Name || got.Drop != want.Drop || got.Inspect != want.Inspect {
+			t.Errorf("ListKept[%d] = %+v, want what KeepAside said: %+v (sorted by name)", i, got, want)
+		}
+		if got.Volume != []volume.ID{"vol-a", "vol-b"}[i] {
+			t.Errorf("ListKept[%d] is of volume %q, want %q", i, got.Volume, []volume.ID{"vol-a", "vol-b"}[i])
+		}
+		if got.SizeBytes <= 0 {
+			t.Errorf("ListKept[%d] has %d bytes", i, got.SizeBytes)
+		}
+		if !got.Taken.IsZero() && got.Taken.Before(before.Truncate(time.Second)) {
+			t.Errorf("ListKept[%d] taken at %v, before the test began (%v)", i, got.Taken, before)
+		}
+	}
+	// A volume's own snapshots and the volume's destruction change nothing.
+	if _, err := s.CreateSnapshot(ctx, "vol-a", "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DestroyVolume(ctx, "vol-b"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := lister.ListKept(ctx); err != nil || len(again) != 2 {
+		t.Fatalf("ListKept after a snapshot and a volume's destruction = %+v, %v; want the same two", again, err)
 	}
 }

@@ -30,6 +30,7 @@ func ferryMetrics(t *testing.T) map[string]bool {
 	metrics.NewReplica(r, "pvc-1", "n1", func() metrics.ReplicaState {
 		return metrics.ReplicaState{Transfer: &metrics.Transfer{}, NewestTaken: time.Unix(1, 0)}
 	})
+	metrics.NewKept(r, "n1", func(context.Context) ([]ports.KeptCopy, error) { return nil, nil })
 	metrics.NewEvents(r, nopEvents{}).Record(context.Background(), "pvc-1", ports.Event{Type: ports.EventNormal, Reason: "BecamePrimary"})
 	families, err := r.Gather()
 	if err != nil {
