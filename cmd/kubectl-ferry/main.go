@@ -12,6 +12,10 @@
 //	kubectl ferry dashboard  serves a status page on 127.0.0.1:8089: the
 //	                         volumes, their copies per node, lag, transfers
 //	                         with progress bars, recent failovers and fences
+//	kubectl ferry fenced     the copies kept aside on every node (fenced
+//	                         writes a takeover gave up); `fenced inspect NODE
+//	                         NAME` says how to look at one, `fenced drop NODE
+//	                         NAME` destroys it once its name is typed back
 //	kubectl ferry doctor     checks Ferry on the cluster: its CRD, CSIDriver
 //	                         and admission policies, the node daemons (ready,
 //	                         one version), each node's pool (read, free
@@ -59,6 +63,9 @@ const metricsPort = "9809"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// stdin is where `fenced drop` reads the operator's confirmation.
+var stdin io.Reader = os.Stdin
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kubectl-ferry", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -66,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	kubeContext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	namespace := fs.String("ferry-namespace", "ferry-system", "the namespace Ferry runs in")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version\n       kubectl ferry [flags] describe [-n NAMESPACE] VOLUME|CLAIM|NAMESPACE/CLAIM\n       kubectl ferry [flags] dashboard [--listen 127.0.0.1:8089] [--public]")
+		fmt.Fprintln(stderr, "usage: kubectl ferry [flags] status|doctor|version\n       kubectl ferry [flags] describe [-n NAMESPACE] VOLUME|CLAIM|NAMESPACE/CLAIM\n       kubectl ferry [flags] dashboard [--listen 127.0.0.1:8089] [--public]\n       kubectl ferry [flags] fenced [inspect NODE NAME | drop [--yes] NODE NAME]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -74,7 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd := fs.Arg(0)
 	var claimNS, target, listen string
-	var public bool
+	var public, yes bool
+	var fencedArgs []string
 	switch cmd {
 	case "version":
 		fmt.Fprintln(stdout, "kubectl-ferry", version)
@@ -86,6 +94,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 		sub.StringVar(&listen, "listen", "127.0.0.1:8089", "where to serve the status page")
 		sub.BoolVar(&public, "public", false, "allow a --listen address that is not loopback")
 		if err := sub.Parse(fs.Args()[1:]); err != nil || sub.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+	case "fenced":
+		sub := flag.NewFlagSet("fenced", flag.ContinueOnError)
+		sub.SetOutput(stderr)
+		if err := sub.Parse(fs.Args()[1:]); err != nil {
+			return 2
+		}
+		fencedArgs = sub.Args()
+		if len(fencedArgs) > 0 && fencedArgs[0] == "drop" {
+			drop := flag.NewFlagSet("drop", flag.ContinueOnError)
+			drop.SetOutput(stderr)
+			drop.BoolVar(&yes, "yes", false, "drop without asking for the copy's name")
+			if err := drop.Parse(fencedArgs[1:]); err != nil {
+				return 2
+			}
+			fencedArgs = append([]string{"drop"}, drop.Args()...)
+		}
+		switch {
+		case len(fencedArgs) == 0:
+		case (fencedArgs[0] == "inspect" || fencedArgs[0] == "drop") && len(fencedArgs) == 3:
+		default:
 			fs.Usage()
 			return 2
 		}
@@ -134,6 +165,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if cmd == "fenced" {
+		env := fencedEnv{kube: kube, ns: *namespace, get: proxyGet(kube), exec: podExec(cfg, kube)}
+		nodes, err := env.listKept(ctx)
+		if err == nil {
+			switch {
+			case len(fencedArgs) == 0:
+				writeKept(stdout, nodes, time.Now())
+			case fencedArgs[0] == "inspect":
+				err = inspect(nodes, fencedArgs[1], fencedArgs[2], stdout)
+			default:
+				err = env.drop(ctx, nodes, fencedArgs[1], fencedArgs[2], yes, stdin, stdout)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "kubectl ferry: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if cmd == "describe" {
 		rv, err := findVolume(ctx, dyn, target, claimNS)
 		if err != nil {

@@ -410,6 +410,28 @@ func fencedWritesKept(t *testing.T, node, vol string) {
 		ev := volumeEvents(t, vol)
 		return strings.Contains(ev, "FencedWritesKept"), ev
 	})
+	// kubectl ferry fenced lists it (its node's daemon counts it), and
+	// drops it: the held snapshot and its dataset are gone.
+	var name string
+	eventually(t, "kubectl ferry fenced lists the copy kept on "+node, 60*time.Second, func() (bool, string) {
+		out, err := exec.Command("../../../bin/kubectl-ferry", "--kubeconfig", kubeconfig, "fenced").CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(l); err == nil && len(f) >= 5 && f[0] == node && f[1] == vol {
+				name = f[len(f)-1]
+				return true, l
+			}
+		}
+		return false, fmt.Sprintf("%v: %s", err, out)
+	})
+	if n, seen := nodeMetric(t, node, "", "ferry_kept_copies"); n < 1 {
+		t.Errorf("the daemon on %s counts %g copies kept aside: %s", node, n, seen)
+	}
+	if out, err := exec.Command("../../../bin/kubectl-ferry", "--kubeconfig", kubeconfig, "fenced", "drop", "--yes", node, name).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl ferry fenced drop %s %s: %v\n%s", node, name, err, out)
+	}
+	if out, _ := exec.Command("zfs", "list", "-H", "-o", "name", "-t", "all", "-r", "ferry-"+node+"/ferry-fenced").CombinedOutput(); strings.Contains(string(out), vol) {
+		t.Errorf("the copy dropped is still there:\n%s", out)
+	}
 }
 
 func TestNodeLossKilledPrimaryNodeFailsOver(t *testing.T) { nodeLoss(t, "kill") }
