@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -338,5 +339,50 @@ ferry_kept_copies_bytes{node="n1"} 1024
 	}
 	if resp, err := srv.Client().Get(srv.URL); err != nil || resp.StatusCode != 503 {
 		t.Errorf("GET /kept unreadable: %v %v, want 503", resp, err)
+	}
+}
+
+type fakeLease struct{ err error }
+
+func (f fakeLease) Renew(context.Context) error { return f.err }
+
+type fakeAsker struct {
+	ok  bool
+	err error
+}
+
+func (f fakeAsker) Promise(context.Context, replica.Node, replica.Node) (bool, time.Duration, error) {
+	return f.ok, time.Second, f.err
+}
+
+func TestLeaseRenewalsAndPromisesAreCounted(t *testing.T) {
+	r := NewRegistry()
+	l := NewLiveness(r)
+	_ = l.Lease(fakeLease{}).Renew(context.Background())
+	_ = l.Lease(fakeLease{errors.New("apiserver away")}).Renew(context.Background())
+	_ = l.Lease(fakeLease{}).Renew(context.Background())
+	for _, a := range []fakeAsker{{ok: true}, {}, {err: errors.New("unreachable")}, {ok: true}} {
+		_, _, _ = l.Asker(a).Promise(context.Background(), "n2", "n1")
+	}
+	answer := l.Answers(func(replica.Node) (bool, time.Duration) { return true, time.Second })
+	answer("n3")
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_lease_renewals_total Renewals of this node's lease, by result (ok, error): a node that cannot renew fences its primaries.
+# TYPE ferry_lease_renewals_total counter
+ferry_lease_renewals_total{result="error"} 1
+ferry_lease_renewals_total{result="ok"} 2
+# HELP ferry_promises_answered_total Promises other nodes asked of this one, by whether it gave them (true, false).
+# TYPE ferry_promises_answered_total counter
+ferry_promises_answered_total{given="true"} 1
+# HELP ferry_promises_asked_total Promises this node asked of the nodes that may take its volumes over, when its lease could not be renewed, by result (given, refused, error).
+# TYPE ferry_promises_asked_total counter
+ferry_promises_asked_total{result="error"} 1
+ferry_promises_asked_total{result="given"} 2
+ferry_promises_asked_total{result="refused"} 1
+`), "ferry_lease_renewals_total", "ferry_promises_asked_total", "ferry_promises_answered_total"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(r, "ferry_lease_renewal_duration_seconds"); n != 1 {
+		t.Errorf("%d renewal duration histograms, want 1", n)
 	}
 }

@@ -214,17 +214,17 @@ func failoverModule(o *Options, relay *promiseRelay) fx.Option {
 			failover.NewVolumes,
 		),
 		fx.Invoke(func(lc fx.Lifecycle, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, events ports.EventRecorder,
-			takers *failover.Takers, vols *failover.Volumes, prep *publish.Service, log *zap.Logger) error {
+			takers *failover.Takers, vols *failover.Volumes, prep *publish.Service, reg *prometheus.Registry, log *zap.Logger) error {
 			if api == nil || takers == nil {
 				return nil
 			}
-			return runFailover(lc, o, api, store, lock, mounts, newFencer(), relay, events, takers, vols, prep, log)
+			return runFailover(lc, o, api, store, lock, mounts, newFencer(), relay, events, takers, vols, prep, metrics.NewLiveness(reg), log)
 		}),
 	)
 }
 
 func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.SnapshotStore, lock ports.WriteLock, mounts ports.MountTable, fencer ports.Fencer,
-	relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, prep failover.Preparer, log *zap.Logger) error {
+	relay *promiseRelay, events ports.EventRecorder, takers *failover.Takers, vols *failover.Volumes, prep failover.Preparer, live *metrics.Liveness, log *zap.Logger) error {
 	node := replica.Node(o.NodeID)
 	fcfg := failover.Config{Node: node, Lease: o.leaseConfig(), Lag: o.AllowedLag}
 	if o.FenceNodeCommand != "" {
@@ -238,21 +238,21 @@ func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Snapshot
 	// pods are rescheduled, not when the new pod's publish comes.
 	survivor := failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(api.kube, o.Namespace), api.states, vols, store,
 		effects, events, log.Named("survivor"), failover.WithPreparer(prep))
-	relay.set(survivor.Promise)
+	relay.set(live.Answers(survivor.Promise))
 	// Promises are asked for at the peer addresses the leases last
 	// published: they matter when the API server cannot be read.
 	asker, err := promiseClient(o.PeerOptions, survivor.PeerAddress, log)
 	if err != nil {
 		return err
 	}
-	opts := []failover.GuardOption{failover.WithPromises(asker)}
+	opts := []failover.GuardOption{failover.WithPromises(live.Asker(asker))}
 	// The guard's verdicts, for the volume managers' watchdogs: they
 	// fence their primaries on them when this daemon is down.
 	if o.ReplicaControl != "" {
 		permits := permitfile.New(o.ReplicaControl, node, permitfile.Options{})
 		opts = append(opts, failover.WithPermits(permits, permits, lock))
 	}
-	guard := failover.NewGuard(fcfg, clock, pub, vols, takers, store, mounts, fencer, effects, events, log.Named("guard"), opts...)
+	guard := failover.NewGuard(fcfg, clock, live.Lease(pub), vols, takers, store, mounts, fencer, effects, events, log.Named("guard"), opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	lc.Append(fx.Hook{

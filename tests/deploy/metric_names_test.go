@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/ferry-csi/ferry/adapters/metrics"
+	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -31,6 +32,9 @@ func ferryMetrics(t *testing.T) map[string]bool {
 		return metrics.ReplicaState{Transfer: &metrics.Transfer{}, NewestTaken: time.Unix(1, 0)}
 	})
 	metrics.NewKept(r, "n1", func(context.Context) ([]ports.KeptCopy, error) { return nil, nil })
+	l := metrics.NewLiveness(r)
+	l.Answers(func(replica.Node) (bool, time.Duration) { return true, 0 })("n2")
+	_, _, _ = l.Asker(nopAsker{}).Promise(context.Background(), "n2", "n1")
 	metrics.NewEvents(r, nopEvents{}).Record(context.Background(), "pvc-1", ports.Event{Type: ports.EventNormal, Reason: "BecamePrimary"})
 	families, err := r.Gather()
 	if err != nil {
@@ -46,6 +50,12 @@ func ferryMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	return out
+}
+
+type nopAsker struct{}
+
+func (nopAsker) Promise(context.Context, replica.Node, replica.Node) (bool, time.Duration, error) {
+	return true, 0, nil
 }
 
 type nopEvents struct{}
