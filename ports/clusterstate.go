@@ -115,6 +115,13 @@ type VolumeSpec struct {
 	ClaimNamespace, ClaimName string
 }
 
+// SpecReader reads what a volume's shared state records of it beside the
+// replicas (its VolumeSpec): what an operator's tools label it with.
+type SpecReader interface {
+	// Spec is the volume's spec; ErrNotFound without a state.
+	Spec(ctx context.Context, id volume.ID) (VolumeSpec, error)
+}
+
 // SpecRecorder is implemented by the ClusterStates that record a
 // VolumeSpec with a volume's first state.
 type SpecRecorder interface {

@@ -386,3 +386,24 @@ ferry_promises_asked_total{result="refused"} 1
 		t.Errorf("%d renewal duration histograms, want 1", n)
 	}
 }
+
+func TestVolumeInfoLabelsAVolumeWithItsClaim(t *testing.T) {
+	r := NewRegistry()
+	var err error
+	NewVolumeInfo(r, "pvc-1", "n1", func(context.Context) (ports.VolumeSpec, error) {
+		return ports.VolumeSpec{PersistentVolume: "pvc-1", StorageClass: "ferry", ClaimNamespace: "shop", ClaimName: "data"}, err
+	})
+	if err := testutil.GatherAndCompare(r, strings.NewReader(`
+# HELP ferry_volume_info 1, labelled with the volume's PersistentVolume, StorageClass and claim (join on volume and node).
+# TYPE ferry_volume_info gauge
+ferry_volume_info{claim="data",claim_namespace="shop",node="n1",persistentvolume="pvc-1",storageclass="ferry",volume="pvc-1"} 1
+`), "ferry_volume_info"); err != nil {
+		t.Error(err)
+	}
+	r2 := NewRegistry()
+	err = errors.New("apiserver away")
+	NewVolumeInfo(r2, "pvc-1", "n1", func(context.Context) (ports.VolumeSpec, error) { return ports.VolumeSpec{}, err })
+	if n, _ := testutil.GatherAndCount(r2, "ferry_volume_info"); n != 0 {
+		t.Errorf("spec unread: %d series, want none", n)
+	}
+}

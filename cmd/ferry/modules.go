@@ -195,8 +195,14 @@ func volumeManagerApp(o *Options) fx.Option {
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
 				statusServer(lc, o.ReplicaOptions, r, log)
 			},
-			func(reg *prometheus.Registry, r *replication.Replicator) {
+			func(reg *prometheus.Registry, r *replication.Replicator, api *kubeAPI) {
 				metrics.NewReplica(reg, o.Volume, o.NodeID, func() metrics.ReplicaState { return replicaState(r.Status()) })
+				if api != nil && api.states != nil {
+					// Its claim, for the queries that ask by claim.
+					metrics.NewVolumeInfo(reg, o.Volume, o.NodeID, func(ctx context.Context) (ports.VolumeSpec, error) {
+						return api.states.Spec(ctx, volume.ID(o.Volume))
+					})
+				}
 			},
 			func(lc fx.Lifecycle, r *replication.Replicator, log *zap.Logger) {
 				controlServer(lc, o.ReplicaOptions, replica.Node(o.NodeID), r, log)

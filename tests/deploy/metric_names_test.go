@@ -32,6 +32,7 @@ func ferryMetrics(t *testing.T) map[string]bool {
 		return metrics.ReplicaState{Transfer: &metrics.Transfer{}, NewestTaken: time.Unix(1, 0)}
 	})
 	metrics.NewKept(r, "n1", func(context.Context) ([]ports.KeptCopy, error) { return nil, nil })
+	metrics.NewVolumeInfo(r, "pvc-1", "n1", func(context.Context) (ports.VolumeSpec, error) { return ports.VolumeSpec{}, nil })
 	l := metrics.NewLiveness(r)
 	l.Answers(func(replica.Node) (bool, time.Duration) { return true, 0 })("n2")
 	_, _, _ = l.Asker(nopAsker{}).Promise(context.Background(), "n2", "n1")

@@ -137,6 +137,27 @@ func (s *Store) get(ctx context.Context, id volume.ID) (replica.State, bool, err
 	return st, rv.DeletionTimestamp != nil, nil
 }
 
+var _ ports.SpecReader = (*Store)(nil)
+
+// Spec implements ports.SpecReader: what the ReplicatedVolume's spec
+// records of the volume.
+func (s *Store) Spec(ctx context.Context, id volume.ID) (ports.VolumeSpec, error) {
+	u, err := s.rvs.Get(ctx, rvapi.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		return ports.VolumeSpec{}, apiError("read the spec of volume "+string(id), err)
+	}
+	rv, err := decode(u)
+	if err != nil {
+		return ports.VolumeSpec{}, err
+	}
+	if rv.Spec.VolumeID != string(id) {
+		return ports.VolumeSpec{}, fmt.Errorf("read the spec of volume %s: object %s belongs to volume %q: %w", id, rv.Name, rv.Spec.VolumeID, ports.ErrNotFound)
+	}
+	sp := rv.Spec
+	return ports.VolumeSpec{CapacityBytes: sp.CapacityBytes, SnapshotInterval: rvapi.SnapshotInterval(sp), Properties: sp.Properties,
+		PersistentVolume: sp.PersistentVolumeName, StorageClass: sp.StorageClassName, ClaimNamespace: sp.ClaimNamespace, ClaimName: sp.ClaimName}, nil
+}
+
 // Create is CreateWithSpec with nothing known about the volume but its
 // state.
 func (s *Store) Create(ctx context.Context, st replica.State) (replica.State, error) {

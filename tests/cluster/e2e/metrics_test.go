@@ -175,7 +175,8 @@ func TestTheMetricsOfAReplicatedVolumeInUse(t *testing.T) {
 			taken, _ := sample(m, "ferry_snapshots_taken_total", l...)
 			transfers, _ := sample(m, "ferry_transfers_total", l...)
 			moved, _ := sample(m, "ferry_transferred_bytes_total", l...)
-			done := okLag && okAge && okBehind && lag >= 0 && lag < 120 && age < 120 && readyCopies == 2 && factor == 2
+			info, _ := sample(m, "ferry_volume_info", append(l, `claim="data-metrics-0"`, `claim_namespace="`+ns+`"`, `persistentvolume="`+vol+`"`)...)
+			done := okLag && okAge && okBehind && lag >= 0 && lag < 120 && age < 120 && readyCopies == 2 && factor == 2 && info == 1
 			if node == primary {
 				done = done && taken >= 1 && lag == 0
 			} else {
