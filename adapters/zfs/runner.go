@@ -108,6 +108,15 @@ func (r runner) done(bin string, args []string, start time.Time, err error) {
 	r.observe(filepath.Base(bin), sub, time.Since(start), err)
 }
 
+// goZFS runs fn, a go-zfs call that runs `zfs sub ...` itself, and tells
+// observe of it as of any command.
+func (r runner) goZFS(sub string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	r.done("zfs", []string{sub}, start, err)
+	return err
+}
+
 // MaxConcurrentCommands is the default bound of runner.slots.
 const MaxConcurrentCommands = 4
 

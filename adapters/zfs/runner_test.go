@@ -2,6 +2,7 @@ package zfs
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -87,7 +88,10 @@ func TestTheObserverHearsEveryCommandAndStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = s.Close()
-	want := []seen{{"zfs", "list", false}, {"zfs", "fail", true}, {"zfs", "send", false}}
+	// What go-zfs runs itself is told as well.
+	_ = r.goZFS("destroy", func() error { return nil })
+	_ = r.goZFS("set", func() error { return errors.New("cannot set property") })
+	want := []seen{{"zfs", "list", false}, {"zfs", "fail", true}, {"zfs", "send", false}, {"zfs", "destroy", false}, {"zfs", "set", true}}
 	if !slices.Equal(got, want) {
 		t.Errorf("observed %v, want %v", got, want)
 	}

@@ -88,7 +88,7 @@ func (s *Store) DestroySnapshot(ctx context.Context, id volume.ID, name string) 
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.snapshot(id, name), Type: gozfs.DatasetSnapshot}
-	if err := ds.Destroy(gozfs.DestroyDefault); err != nil {
+	if err := s.run.goZFS("destroy", func() error { return ds.Destroy(gozfs.DestroyDefault) }); err != nil {
 		return fmt.Errorf("destroy snapshot %s@%s: %w", id, name, goZFSError(err))
 	}
 	return nil
@@ -100,7 +100,7 @@ func (s *Store) Rollback(ctx context.Context, id volume.ID, name string) error {
 		return err
 	}
 	ds := &gozfs.Dataset{Name: s.snapshot(id, name), Type: gozfs.DatasetSnapshot}
-	if err := ds.Rollback(true); err != nil {
+	if err := s.run.goZFS("rollback", func() error { return ds.Rollback(true) }); err != nil {
 		return fmt.Errorf("rollback %s to %s: %w", id, name, goZFSError(err))
 	}
 	return nil

@@ -145,7 +145,7 @@ func (s *Store) destroyDataset(ctx context.Context, id volume.ID) error {
 		if err := s.unmount(ctx, s.dataset(id)); err != nil && !errors.Is(err, ports.ErrBusy) {
 			return err
 		}
-		if err := ds.Destroy(gozfs.DestroyRecursive); err != nil {
+		if err := s.run.goZFS("destroy", func() error { return ds.Destroy(gozfs.DestroyRecursive) }); err != nil {
 			return goZFSError(err)
 		}
 		return nil
@@ -191,11 +191,11 @@ func (s *Store) Resize(ctx context.Context, id volume.ID, capacityBytes int64) e
 	if capacityBytes < info.CapacityBytes {
 		first, second = second, first
 	}
-	if err := ds.SetProperty(first, size); err != nil {
+	if err := s.run.goZFS("set", func() error { return ds.SetProperty(first, size) }); err != nil {
 		return fmt.Errorf("resize volume %s: %w", id, goZFSError(err))
 	}
-	if err := ds.SetProperty(second, size); err != nil {
-		if undo := ds.SetProperty(first, old); undo != nil {
+	if err := s.run.goZFS("set", func() error { return ds.SetProperty(second, size) }); err != nil {
+		if undo := s.run.goZFS("set", func() error { return ds.SetProperty(first, old) }); undo != nil {
 			err = errors.Join(err, undo)
 		}
 		return fmt.Errorf("resize volume %s: %w", id, goZFSError(err))
@@ -215,7 +215,7 @@ func (s *Store) SetProperties(ctx context.Context, id volume.ID, properties map[
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := ds.SetProperty(k, properties[k]); err != nil {
+		if err := s.run.goZFS("set", func() error { return ds.SetProperty(k, properties[k]) }); err != nil {
 			return fmt.Errorf("set %s on volume %s: %w", k, id, goZFSError(err))
 		}
 	}
@@ -238,7 +238,7 @@ func (s *Store) setMeta(target string, metadata map[string]string) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := ds.SetProperty(userPropPrefix+k, metadata[k]); err != nil {
+		if err := s.run.goZFS("set", func() error { return ds.SetProperty(userPropPrefix+k, metadata[k]) }); err != nil {
 			return fmt.Errorf("set %s on %s: %w", k, target, goZFSError(err))
 		}
 	}
