@@ -25,6 +25,7 @@ import (
 	"github.com/ferry-csi/ferry/app/publish"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/tests/zfstest"
 )
 
 const (
@@ -101,7 +102,9 @@ func serve(t *testing.T, srv *csi.Server) *grpc.ClientConn {
 
 // ctx is a per-call context bounded well below the test binary's timeout.
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	// Stretched in the OpenZFS lane's emulated guest, where a destroy
+	// waits for its transaction group at a fraction of the host's speed.
+	c, cancel := context.WithTimeout(t.Context(), 20*time.Second*zfstest.TimeScale())
 	t.Cleanup(cancel)
 	return c
 }

@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,18 +49,9 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// timeScale stretches every wait: FERRY_TEST_TIMESCALE (a whole number,
-// 1 by default) is set by the OpenZFS lane, whose emulated guest runs
-// these tests 10 to 20 times slower than the host and at the lowest
-// priority beside CI's other stages. The waits bound how long a step may
-// take; no test asserts a speed.
-var timeScale = func() time.Duration {
-	n, err := strconv.Atoi(os.Getenv("FERRY_TEST_TIMESCALE"))
-	if err != nil || n < 1 {
-		return 1
-	}
-	return time.Duration(n)
-}()
+// timeScale stretches every wait (zfstest.TimeScale): the OpenZFS lane's
+// guest is emulated.
+var timeScale = zfstest.TimeScale()
 
 func run(m *testing.M) int {
 	if _, err := exec.LookPath("zpool"); err != nil {
