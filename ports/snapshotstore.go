@@ -237,6 +237,9 @@ type KeptCopy struct {
 	// Volume is the volume it was kept from; Taken when (zero: unknown).
 	Volume volume.ID
 	Taken  time.Time
+	// Root is where the store keeps every copy (ZFS: the dataset the kept
+	// datasets are directly below): a tool dropping one checks it is there.
+	Root string
 	// Inspect and Drop say, in the store's own terms, how to look at the
 	// copy and how to destroy it once it is no longer wanted.
 	Inspect, Drop string

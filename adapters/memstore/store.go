@@ -250,7 +250,7 @@ func (s *Store) KeepAside(ctx context.Context, id volume.ID, name string) (ports
 }
 
 func keptCopy(key string, id volume.ID, f files) ports.KeptCopy {
-	return ports.KeptCopy{Name: key, Volume: id, Inspect: "memstore: KeptFiles(" + key + ")", Drop: "memstore: DropKept(" + key + ")", SizeBytes: f.size()}
+	return ports.KeptCopy{Name: key, Volume: id, Root: "kept", Inspect: "memstore: KeptFiles(" + key + ")", Drop: "memstore: DropKept(" + key + ")", SizeBytes: f.size()}
 }
 
 var _ ports.KeptCopies = (*Store)(nil)

@@ -32,6 +32,14 @@ var primaryChanges = map[string]string{
 	"TookOver": "takeover",
 }
 
+// watched are the events the alerts and the dashboard count.
+var watched = []ports.Event{
+	{Type: ports.EventWarning, Reason: "Fenced"}, {Type: ports.EventWarning, Reason: "FencedWritesKept"},
+	{Type: ports.EventWarning, Reason: "FencedWritesNotKept"}, {Type: ports.EventWarning, Reason: "TookOver"},
+	{Type: ports.EventWarning, Reason: "RolledBack"}, {Type: ports.EventWarning, Reason: "Replaced"},
+	{Type: ports.EventNormal, Reason: "BecamePrimary"},
+}
+
 // NewEvents registers the event counters in r and returns a recorder that
 // counts, then records with next.
 func NewEvents(r prometheus.Registerer, next ports.EventRecorder) *Events {
@@ -45,8 +53,14 @@ func NewEvents(r prometheus.Registerer, next ports.EventRecorder) *Events {
 			Help: "Replicas this process made a volume's active primary, by cause: promotion (a publish on the replica's node, planned) or takeover (from a node judged lost).",
 		}, []string{"cause"}),
 	}
+	// Present at 0 from the start, so that increase() sees the first one
+	// (a series born at 1 increases by nothing): the causes, and the
+	// events the alerts watch.
 	for _, cause := range primaryChanges {
-		e.primary.WithLabelValues(cause) // present at 0, so that increase() sees the first
+		e.primary.WithLabelValues(cause)
+	}
+	for _, ev := range watched {
+		e.events.WithLabelValues(ev.Type, ev.Reason)
 	}
 	r.MustRegister(e.events, e.primary)
 	return e

@@ -59,6 +59,9 @@ type KeptCopyJSON struct {
 	Taken   time.Time `json:"taken,omitzero"`
 	Inspect string    `json:"inspect"`
 	Drop    string    `json:"drop"`
+	// Root is where the node keeps every copy: a copy's dataset is
+	// directly below it.
+	Root string `json:"root"`
 }
 
 // ServeHTTP lists the copies kept aside as JSON (read-only: dropping one
@@ -71,7 +74,7 @@ func (k *Kept) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 	out := make([]KeptCopyJSON, 0, len(list))
 	for _, c := range list {
-		out = append(out, KeptCopyJSON{Name: c.Name, Volume: string(c.Volume), Bytes: c.SizeBytes, Taken: c.Taken, Inspect: c.Inspect, Drop: c.Drop})
+		out = append(out, KeptCopyJSON{Name: c.Name, Volume: string(c.Volume), Bytes: c.SizeBytes, Taken: c.Taken, Inspect: c.Inspect, Drop: c.Drop, Root: c.Root})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)

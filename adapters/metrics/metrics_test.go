@@ -277,6 +277,10 @@ func TestEventsAreCountedByReasonAndPrimaryChangesByCause(t *testing.T) {
 # TYPE ferry_events_total counter
 ferry_events_total{reason="BecamePrimary",type="Normal"} 1
 ferry_events_total{reason="Fenced",type="Warning"} 2
+ferry_events_total{reason="FencedWritesKept",type="Warning"} 0
+ferry_events_total{reason="FencedWritesNotKept",type="Warning"} 0
+ferry_events_total{reason="Replaced",type="Warning"} 0
+ferry_events_total{reason="RolledBack",type="Warning"} 0
 ferry_events_total{reason="TookOver",type="Warning"} 1
 # HELP ferry_primary_changes_total Replicas this process made a volume's active primary, by cause: promotion (a publish on the replica's node, planned) or takeover (from a node judged lost).
 # TYPE ferry_primary_changes_total counter

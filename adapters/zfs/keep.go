@@ -134,6 +134,7 @@ func (s *Store) keptCopy(dest, snap string, row *propRow) ports.KeptCopy {
 		Inspect:   fmt.Sprintf("zfs set mountpoint=<dir> %s (read-only)", dest),
 		Drop:      fmt.Sprintf("zfs release %s %s; zfs destroy -r %s", FencedHold, snap, dest),
 		SizeBytes: row.int64("referenced"),
+		Root:      s.KeptRoot(),
 	}
 	// <KeptRoot>/<volume>-<name>@<name>
 	if _, name, ok := strings.Cut(snap, "@"); ok {

@@ -250,6 +250,7 @@ func (r *Replicator) fetch(ctx context.Context, a replica.Fetch) (err error) {
 	log = log.With(zap.String("stream", kind), zap.Bool("staleView", a.Stale))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, a.Stale)
 	if err != nil {
+		r.openFailed()
 		v := replica.OnFetchFailure(replica.FetchFailure{Opening: true, Resumed: token != "",
 			PeerCannotResume: errors.Is(err, ports.ErrInvalid) || errors.Is(err, ports.ErrNotFound)})
 		if v.DiscardPartial {
@@ -333,6 +334,7 @@ func (r *Replicator) replace(ctx context.Context, a replica.Replace) (err error)
 	log := r.log.With(zap.String("peer", string(a.Peer)), zap.String("snapshot", req.To), zap.String("stream", streamReplacement))
 	stream, err := r.openFetch(ctx, a.Peer, req, a.Target, false)
 	if err != nil {
+		r.openFailed()
 		return err
 	}
 	defer stream.Close()
@@ -405,6 +407,15 @@ func (r *Replicator) landed(ctx context.Context, target replica.Snap) error {
 		}
 	}
 	return fmt.Errorf("received %s, but no snapshot with GUID %d is there", replica.SnapshotName(target), target.GUID)
+}
+
+// openFailed counts a transfer that failed before a byte came (the peer
+// unreachable or refusing, its send failing): a failed transfer too.
+func (r *Replicator) openFailed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Totals.Transfers++
+	r.status.Totals.TransferFailures++
 }
 
 // endTransfer counts the transfer p, ended with err, and clears it.

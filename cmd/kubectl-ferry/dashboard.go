@@ -223,6 +223,24 @@ func dashboardHandler(kube kubernetes.Interface, dyn dynamic.Interface, ns strin
 	return mux
 }
 
+// loopbackHost refuses a request whose Host is not a loopback name: a
+// site the operator visits could otherwise point its own name at
+// 127.0.0.1 and read the page (DNS rebinding).
+func loopbackHost(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.Trim(host, "[]")
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "this page answers on a loopback address only", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // serveDashboard serves the page on listen until ctx ends, after telling
 // where on out. An address that is not loopback is refused unless public:
 // the page shows what the operator's credentials may read.
@@ -237,6 +255,9 @@ func serveDashboard(ctx context.Context, listen string, public bool, h http.Hand
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
+	}
+	if !public {
+		h = loopbackHost(h)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

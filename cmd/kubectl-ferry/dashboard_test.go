@@ -116,3 +116,16 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestTheStatusPageRefusesAHostThatIsNotLoopback(t *testing.T) {
+	h := loopbackHost(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "page") }))
+	for host, want := range map[string]int{"127.0.0.1:8089": 200, "localhost:8089": 200, "[::1]:8089": 200, "evil.example:8089": 403, "10.0.0.1": 403} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %s: %d, want %d", host, rec.Code, want)
+		}
+	}
+}

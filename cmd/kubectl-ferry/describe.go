@@ -123,16 +123,18 @@ func describe(ctx context.Context, kube kubernetes.Interface, rv rvapi.Replicate
 		d.events = append(d.events, eventsOf(ctx, kube, rv.Spec.ClaimNamespace, "PersistentVolumeClaim", rv.Spec.ClaimName, &d)...)
 	}
 	sort.SliceStable(d.events, func(i, j int) bool { return eventTime(d.events[i]).Before(eventTime(d.events[j])) })
-	// The same event is on the volume and its claim: shown once.
+	// The same event is on the volume and its claim: shown once, at its
+	// newest (the list is oldest first).
 	seen := map[string]bool{}
 	var uniq []corev1.Event
-	for _, e := range d.events {
+	for i := len(d.events) - 1; i >= 0; i-- {
+		e := d.events[i]
 		k := e.Reason + "\x00" + e.Message
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
-		uniq = append(uniq, e)
+		uniq = append([]corev1.Event{e}, uniq...)
 	}
 	if len(uniq) > maxEvents {
 		uniq = uniq[len(uniq)-maxEvents:]
@@ -247,7 +249,7 @@ func writeDescription(w io.Writer, d description, now time.Time) error {
 		if e.Count > 1 {
 			count = " (x" + strconv.Itoa(int(e.Count)) + ")"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s%s\n", age, e.Type, e.Reason, e.Message, count)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s%s\n", age, printable(e.Type), printable(e.Reason), printable(e.Message), count)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -150,7 +150,10 @@ func (e doctorEnv) daemons(ctx context.Context) []finding {
 	versions := map[string][]string{} // version -> nodes
 	for _, p := range pods.Items {
 		node := p.Spec.NodeName
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil {
+			continue // a daemon going (a roll): its successor answers for the node
+		}
+		if p.Status.Phase != corev1.PodRunning {
 			add("pool "+node, warn, "daemon pod %s is %s: its pool is not checked", p.Name, p.Status.Phase)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -92,7 +93,7 @@ func writeKept(w io.Writer, nodes []keptOnNode, now time.Time) {
 			if !c.Taken.IsZero() {
 				age = now.Sub(c.Taken).Round(time.Minute).String() + " ago"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.Node, orDash(c.Volume), size(c.Bytes), age, c.Name)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.Node, printable(orDash(c.Volume)), size(c.Bytes), age, printable(c.Name))
 			n++
 		}
 	}
@@ -135,9 +136,9 @@ func (e fencedEnv) drop(ctx context.Context, nodes []keptOnNode, node, name stri
 	if err != nil {
 		return err
 	}
-	dataset, _, ok := strings.Cut(c.Name, "@")
-	if !ok || dataset == "" || strings.HasPrefix(dataset, "-") || strings.ContainsAny(c.Name, " \t\n") {
-		return fmt.Errorf("%q is not the name of a kept copy's snapshot", c.Name)
+	dataset, err := keptDataset(c)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "Dropping %s on %s: the writes of volume %s it holds (%s) are destroyed for good.\n", c.Name, node, orDash(c.Volume), size(c.Bytes))
 	if !yes {
@@ -147,13 +148,53 @@ func (e fencedEnv) drop(ctx context.Context, nodes []keptOnNode, node, name stri
 			return fmt.Errorf("not confirmed: nothing dropped")
 		}
 	}
+	// Its own deadline: the confirmation may have taken a while.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	for _, argv := range [][]string{{"zfs", "release", zfs.FencedHold, c.Name}, {"zfs", "destroy", "-r", dataset}} {
-		if msg, err := e.exec(ctx, k.Pod, daemonContainer, argv); err != nil {
-			return fmt.Errorf("%s on %s: %v: %s", strings.Join(argv, " "), node, err, strings.TrimSpace(msg))
+		msg, err := e.exec(ctx, k.Pod, daemonContainer, argv)
+		if err != nil && argv[1] == "release" && strings.Contains(msg, "no such tag") {
+			err = nil // released by an earlier drop that failed at the destroy
+		}
+		if err != nil {
+			return fmt.Errorf("%s on %s: %v: %s", strings.Join(argv, " "), node, err, strings.TrimSpace(printable(msg)))
 		}
 	}
 	fmt.Fprintf(out, "Dropped %s on %s.\n", c.Name, node)
 	return nil
+}
+
+// keptDataset is the dataset of a copy kept aside, checked against what
+// Ferry keeps (a listing is the daemon's word, and the drop destroys what
+// it names): directly below the node's kept root, named
+// "<volume>-<name>@<name>", nothing but a dataset's characters.
+func keptDataset(c metrics.KeptCopyJSON) (string, error) {
+	bad := fmt.Errorf("%q is not the name of a copy kept aside below %q: nothing dropped", c.Name, c.Root)
+	dataset, snap, ok := strings.Cut(c.Name, "@")
+	if !ok || snap == "" || strings.Contains(snap, "@") || c.Root == "" || !strings.HasSuffix(c.Root, "-fenced") ||
+		path.Dir(dataset) != c.Root || !strings.HasSuffix(path.Base(dataset), "-"+snap) || strings.HasPrefix(dataset, "-") {
+		return "", bad
+	}
+	for _, r := range c.Name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/@", r)) {
+			return "", bad
+		}
+	}
+	return dataset, nil
+}
+
+// printable drops the control characters of text from the cluster (an
+// event's message, a listing): they are never sent to the terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // inspect says what a copy kept aside is and how to look at it.
@@ -162,11 +203,11 @@ func inspect(nodes []keptOnNode, node, name string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "Copy:    %s\nNode:    %s\nVolume:  %s\nSize:    %s\n", c.Name, node, orDash(c.Volume), size(c.Bytes))
+	fmt.Fprintf(out, "Copy:    %s\nNode:    %s\nVolume:  %s\nSize:    %s\n", printable(c.Name), node, printable(orDash(c.Volume)), size(c.Bytes))
 	if !c.Taken.IsZero() {
 		fmt.Fprintf(out, "Kept:    %s\n", c.Taken.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(out, "Inspect: on %s, %s\nDrop:    kubectl ferry fenced drop %s %s (on the node: %s)\n", node, c.Inspect, node, c.Name, c.Drop)
+	fmt.Fprintf(out, "Inspect: on %s, %s\nDrop:    kubectl ferry fenced drop %s %s (on the node: %s)\n", node, printable(c.Inspect), node, printable(c.Name), printable(c.Drop))
 	return nil
 }
 

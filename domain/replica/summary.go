@@ -62,8 +62,9 @@ func Summarize(s State, deleting bool) Summary {
 // (Summarize's Newest): the snapshot numbers between them, and whether it
 // holds that newest snapshot itself. A copy of another epoch than the
 // newest does not hold it, even at the same number (its snapshot may have
-// diverged), and is at least one behind. A node without an entry holds
-// nothing.
+// diverged), and is at least one behind; a copy on a fenced branch is
+// behind from where the volume's history left it (Forked.At). A node
+// without an entry holds nothing.
 func LagOf(s State, node Node) (behind SnapshotNumber, holdsNewest bool) {
 	newest, ok := s.NewestReplica()
 	if !ok {
@@ -71,6 +72,11 @@ func LagOf(s State, node Node) (behind SnapshotNumber, holdsNewest bool) {
 	}
 	n := newest.Holds()
 	self, _ := s.Replica(node)
+	if self.OnFencedBranch() {
+		// Its newest snapshot is of the branch the volume left: it shares
+		// the volume's line up to the fork only.
+		return n.Number - min(n.Number-1, self.Forked.At.Number), false
+	}
 	if self.Snapshot == n.Number && self.SnapshotEpoch == n.Epoch && n.Number != 0 {
 		return 0, true
 	}

@@ -52,6 +52,15 @@ func TestLagOfCountsTheSnapshotsBetweenACopyAndTheNewest(t *testing.T) {
 			t.Errorf("LagOf(%s) = %d, %v; want %d, %v", c.node, behind, holds, c.behind, c.holds)
 		}
 	}
+	// A former primary on the branch a takeover left, its newest
+	// snapshot 12 of epoch 2, forked at 7: 9 - 7 behind the successor's 9.
+	fenced := State{ReplicationFactor: 2, Epoch: 3, Primary: "b", Replicas: []Replica{
+		{Node: "a", Snapshot: 12, SnapshotEpoch: 2, Forked: Fork{Epoch: 3, At: Snap{Number: 7, Epoch: 2}}},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 3, Active: true, Ready: true},
+	}}
+	if behind, holds := LagOf(fenced, "a"); behind != 2 || holds {
+		t.Errorf("LagOf(a on a fenced branch) = %d, %v; want 2, false", behind, holds)
+	}
 	if behind, holds := LagOf(State{ReplicationFactor: 1, Replicas: []Replica{{Node: "a"}}}, "a"); behind != 0 || holds {
 		t.Errorf("no snapshot anywhere: LagOf = %d, %v; want 0, false", behind, holds)
 	}

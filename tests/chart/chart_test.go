@@ -430,7 +430,9 @@ func TestTheDashboardAndPodMonitorAreOptIn(t *testing.T) {
 	}
 	pm := string(run(t, helm, "template", "ferry", "deploy/helm/ferry", "--namespace", "ferry-system", "--show-only", "templates/podmonitor.yaml",
 		"--set", "monitoring.podMonitor.enabled=true"))
-	for _, want := range []string{"kind: PodMonitor", "__meta_kubernetes_pod_annotation_prometheus_io_scrape", "__meta_kubernetes_pod_annotation_prometheus_io_port", "action: keep"} {
+	for _, want := range []string{"kind: PodMonitor", "__meta_kubernetes_pod_annotation_prometheus_io_scrape", "__meta_kubernetes_pod_annotation_prometheus_io_port", "action: keep",
+		// once per pod: Ferry's container, its metrics port
+		`regex: "ferry|volume-manager"`, `regex: "(metrics)?"`} {
 		if !strings.Contains(pm, want) {
 			t.Errorf("the PodMonitor lacks %q:\n%s", want, pm)
 		}
