@@ -820,8 +820,16 @@ func blipOverran(t *testing.T) bool {
 	// the same node it finds the same copy; on another, a planned move
 	// hands the volume over with the fenced primary's final snapshot.
 	// Either way nothing written before the cut is lost.
-	if node == first && (rv.Status.Primary != first || rv.Status.Epoch != before.Status.Epoch) {
+	if node == first && rv.Status.Primary != first {
 		t.Fatalf("the pod given back runs on %s, yet the primary is %s in epoch %d (was %s in %d)", node, rv.Status.Primary, rv.Status.Epoch, first, before.Status.Epoch)
+	}
+	if node == first && rv.Status.Epoch != before.Status.Epoch {
+		// The kubelet unpublished the old pod before it published the
+		// new one: the old pod's unpublish released the copy (its final
+		// snapshot recorded) and the new one's publish promoted it again,
+		// on the same node. A planned step-down, not a takeover (judge
+		// found no TookOver and no fork): nothing is lost (logIntact).
+		t.Logf("the old pod's unpublish came first: released and promoted again on %s, epoch %d to %d", first, before.Status.Epoch, rv.Status.Epoch)
 	}
 	if node != first && rv.Status.Primary != node {
 		t.Fatalf("the pod given back runs on %s, yet the primary is %s", node, rv.Status.Primary)
