@@ -112,7 +112,7 @@ func describe(ctx context.Context, kube kubernetes.Interface, rv rvapi.Replicate
 			if v, ok := first(m, "ferry_replica_lag_seconds"); ok {
 				c.Lag = &v
 			}
-			if t, ok := transferOf(strings.NewReader(text)); ok {
+			if t, ok := transferOf(m); ok {
 				c.Transfer = &t
 			}
 			d.copies[p.Spec.NodeName] = c

@@ -30,7 +30,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -38,7 +37,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -261,10 +259,11 @@ func status(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interfac
 				unreadable = append(unreadable, fmt.Sprintf("%s (%v)", p.Name, err))
 				continue
 			}
-			if t, ok := transferOf(strings.NewReader(body)); ok {
+			m := parseMetrics(body)
+			if t, ok := transferOf(m); ok {
 				row.transfers[p.Spec.NodeName] = t
 			}
-			if v, ok := first(parseMetrics(body), "ferry_replica_lag_seconds"); ok && (row.lag == nil || v > *row.lag) {
+			if v, ok := first(m, "ferry_replica_lag_seconds"); ok && (row.lag == nil || v > *row.lag) {
 				row.lag = &v
 			}
 		}
@@ -300,28 +299,11 @@ func volumeID(rv rvapi.ReplicatedVolume) string {
 
 // transferOf reads a volume manager's metrics (the text exposition
 // format): the transfer under way, if ferry_transfer_running says one is.
-func transferOf(r io.Reader) (transfer, bool) {
-	values := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "ferry_transfer_") {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			values[name] = v
-		}
-	}
-	if values["ferry_transfer_running"] != 1 {
+func transferOf(m map[string][]sample) (transfer, bool) {
+	v := func(name string) float64 { x, _ := first(m, name); return x }
+	if v("ferry_transfer_running") != 1 {
 		return transfer{}, false
 	}
-	return transfer{Bytes: int64(values["ferry_transfer_bytes"]), Estimated: int64(values["ferry_transfer_estimated_bytes"]),
-		ETA: time.Duration(values["ferry_transfer_eta_seconds"] * float64(time.Second))}, true
+	return transfer{Bytes: int64(v("ferry_transfer_bytes")), Estimated: int64(v("ferry_transfer_estimated_bytes")),
+		ETA: time.Duration(v("ferry_transfer_eta_seconds") * float64(time.Second))}, true
 }

@@ -63,11 +63,11 @@ ferry_transfer_estimated_bytes{node="node2",volume="pvc-a"} 4.194304e+06
 ferry_transfer_eta_seconds{node="node2",volume="pvc-a"} 6.5
 ferry_replica_snapshot{node="node2",volume="pvc-a"} 12
 `
-	tr, ok := transferOf(strings.NewReader(metrics))
+	tr, ok := transferOf(parseMetrics(metrics))
 	if !ok || tr.Bytes != 1<<20 || tr.Estimated != 4<<20 || tr.ETA != 6500*time.Millisecond {
 		t.Errorf("transfer %+v %v", tr, ok)
 	}
-	if _, ok := transferOf(strings.NewReader(strings.Replace(metrics, `"pvc-a"} 1`+"\n", `"pvc-a"} 0`+"\n", 1))); ok {
+	if _, ok := transferOf(parseMetrics(strings.Replace(metrics, `"pvc-a"} 1`+"\n", `"pvc-a"} 0`+"\n", 1))); ok {
 		t.Error("a transfer read where ferry_transfer_running is 0")
 	}
 }
