@@ -101,6 +101,10 @@ type Replicator struct {
 	// peerSizes maps the GUIDs of the last peer listing to their sizes:
 	// the estimate of a full stream's length, for the ETA.
 	peerSizes map[uint64]int64
+	// takenAt maps the GUIDs of the local replication snapshots to when
+	// they were taken (Unix seconds), from the last listing and the
+	// snapshots taken since: what a report says of its snapshot's age.
+	takenAt map[uint64]int64
 	// observed: a state of the volume was read since the start.
 	observed bool
 
@@ -854,8 +858,15 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 		return replica.LocalRead{}, err
 	}
 	read := replica.LocalRead{Snaps: toSnaps(list), HasData: true}
+	taken := make(map[uint64]int64, len(list))
+	for _, s := range list {
+		if s.GUID != 0 && !s.CreatedAt.IsZero() {
+			taken[s.GUID] = s.CreatedAt.Unix()
+		}
+	}
 	r.mu.Lock()
 	r.status.NewestTaken = newestTaken(list)
+	r.takenAt = taken
 	r.mu.Unlock()
 	if r.m.NeedsCapacity() {
 		info, err := r.store.GetVolume(ctx, r.cfg.Volume)
@@ -868,6 +879,14 @@ func (r *Replicator) local(ctx context.Context) (replica.LocalRead, error) {
 		read.CapacityBytes, read.CapacityRead, read.Properties = info.CapacityBytes, true, info.Properties
 	}
 	return read, nil
+}
+
+// takenOf is when the local snapshot guid was taken (Unix seconds; 0:
+// not known).
+func (r *Replicator) takenOf(guid uint64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.takenAt[guid]
 }
 
 // newestTaken is when the newest replication snapshot of a listing

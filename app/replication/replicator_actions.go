@@ -18,9 +18,14 @@ import (
 func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 	switch a := a.(type) {
 	case replica.ReportSnapshot:
+		taken := r.takenOf(a.Snap.GUID)
 		err := r.update(ctx, func(s *replica.State) error {
 			replica.Join(s, r.cfg.Node)
-			return replica.Report(s, r.cfg.Node, a.Snap, a.Ready)
+			if err := replica.Report(s, r.cfg.Node, a.Snap, a.Ready); err != nil {
+				return err
+			}
+			replica.Stamp(s, r.cfg.Node, a.Snap, taken)
+			return nil
 		})
 		if err == nil {
 			r.log.Info("replica reported", zap.Uint64("snapshot", uint64(a.Snap.Number)), zap.Uint64("epoch", uint64(a.Snap.Epoch)), zap.Bool("ready", a.Ready))
@@ -59,7 +64,14 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		}
 		// What remains is recorded first: nobody may count the copy about
 		// to go.
-		if err := r.update(ctx, func(s *replica.State) error { return replica.Report(s, r.cfg.Node, a.To, false) }); err != nil {
+		taken := r.takenOf(a.To.GUID)
+		if err := r.update(ctx, func(s *replica.State) error {
+			if err := replica.Report(s, r.cfg.Node, a.To, false); err != nil {
+				return err
+			}
+			replica.Stamp(s, r.cfg.Node, a.To, taken)
+			return nil
+		}); err != nil {
 			return fmt.Errorf("recording the rollback to %s: %w", to, err)
 		}
 		r.log.Warn("replica diverged: rolling back", zap.String("snapshot", to),
@@ -83,6 +95,12 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		r.log.Info("snapshot taken", zap.String("snapshot", name), zap.Uint64("epoch", uint64(a.Epoch)), zap.Int64("bytes", info.SizeBytes))
 		r.mu.Lock()
 		r.status.Totals.SnapshotsTaken++
+		if info.GUID != 0 && !info.CreatedAt.IsZero() {
+			if r.takenAt == nil {
+				r.takenAt = map[uint64]int64{}
+			}
+			r.takenAt[info.GUID] = info.CreatedAt.Unix()
+		}
 		r.mu.Unlock()
 		return nil
 	case replica.StepDown:

@@ -38,6 +38,11 @@ func TestAReplicasStatusCountsItsWorkAndSaysHowFarBehindItIs(t *testing.T) {
 	if !b.NewestTaken.Equal(taken.CreatedAt) || b.NewestTaken.IsZero() {
 		t.Errorf("b's newest snapshot taken at %v, a took it at %v", b.NewestTaken, taken.CreatedAt)
 	}
+	// Both say so in the shared state, for `kubectl get rv`'s age column.
+	c.eventually("the shared state says when the newest snapshot was taken", func() bool {
+		st, err := c.state.Get(ctx, volID)
+		return err == nil && replica.Summarize(st, false).NewestTaken == taken.CreatedAt.Unix()
+	})
 
 	// b stops; a snapshots twice more: b's last view (when it stopped)
 	// is what it reports, and once started again it catches up.

@@ -114,6 +114,10 @@ type Replica struct {
 	// term the successor never received, or writes never snapshotted on
 	// top of the snapshot they share). See OnFencedBranch.
 	Forked Fork
+	// SnapshotTaken is when Snapshot was taken, in Unix seconds, as the
+	// replica's store says (0: not said). For operators only (the age of
+	// the newest snapshot in `kubectl get rv`): nothing is decided on it.
+	SnapshotTaken int64
 }
 
 // Fork is where a takeover made the volume's history leave a replica's

@@ -28,6 +28,12 @@ type Summary struct {
 	// behind Newest (0 when every replica holds it).
 	MaxLag SnapshotNumber
 	Phase  Phase
+	// NewestTaken is when Newest was taken (Unix seconds), as the
+	// replica holding it said; 0 when none said.
+	NewestTaken int64
+	// Receiving counts the replicas receiving a snapshot now (their
+	// Fetching target is set).
+	Receiving int
 }
 
 // Summarize derives the summary of s; deleting says the volume is being
@@ -40,6 +46,12 @@ func Summarize(s State, deleting bool) Summary {
 	for _, r := range s.Replicas {
 		if r.Ready {
 			sum.Ready++
+		}
+		if r.Fetching.Number != 0 {
+			sum.Receiving++
+		}
+		if sum.Newest.Number != 0 && r.Holds() == sum.Newest && r.SnapshotTaken > sum.NewestTaken {
+			sum.NewestTaken = r.SnapshotTaken
 		}
 		if r.Snapshot < sum.Newest.Number {
 			sum.MaxLag = max(sum.MaxLag, sum.Newest.Number-r.Snapshot)

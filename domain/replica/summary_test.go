@@ -34,6 +34,47 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+func TestTheSummarySaysWhenTheNewestWasTakenAndHowManyCopiesReceive(t *testing.T) {
+	s := State{ReplicationFactor: 3, Epoch: 2, Primary: "a", Replicas: []Replica{
+		{Node: "a", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 90, Active: true, Ready: true, SnapshotTaken: 1000},
+		// The same snapshot, its time said later by its receiver.
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 2, SnapshotGUID: 90, Ready: true, SnapshotTaken: 1001},
+		// An older snapshot, receiving the newest: its time is not the newest's.
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 2, SnapshotGUID: 80, SnapshotTaken: 5000, Fetching: Snap{Number: 9, Epoch: 2, GUID: 90}},
+		// The same number of an earlier term: another snapshot.
+		{Node: "d", Snapshot: 9, SnapshotEpoch: 1, SnapshotGUID: 91, SnapshotTaken: 6000},
+	}}
+	sum := Summarize(s, false)
+	if sum.NewestTaken != 1001 || sum.Receiving != 1 {
+		t.Errorf("NewestTaken %d, Receiving %d; want 1001 (of the newest snapshot only), 1", sum.NewestTaken, sum.Receiving)
+	}
+}
+
+func TestAReportedTimeStaysWithItsSnapshot(t *testing.T) {
+	s := State{ReplicationFactor: 1, Epoch: 1, Primary: "a", Replicas: []Replica{{Node: "a"}}}
+	first := Snap{Number: 1, Epoch: 1, GUID: 11}
+	if err := Report(&s, "a", first, true); err != nil {
+		t.Fatal(err)
+	}
+	Stamp(&s, "a", Snap{Number: 2, Epoch: 1, GUID: 12}, 500) // not the one held: ignored
+	if got := s.Replicas[0].SnapshotTaken; got != 0 {
+		t.Fatalf("a time for snapshot 2 was recorded on snapshot 1: %d", got)
+	}
+	Stamp(&s, "a", first, 400)
+	if err := Report(&s, "a", first, true); err != nil { // the same again: its time stays
+		t.Fatal(err)
+	}
+	if got := s.Replicas[0].SnapshotTaken; got != 400 {
+		t.Fatalf("snapshot 1's time %d, want 400", got)
+	}
+	if err := Report(&s, "a", Snap{Number: 2, Epoch: 1, GUID: 12}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Replicas[0].SnapshotTaken; got != 0 {
+		t.Errorf("snapshot 2 reported with snapshot 1's time %d", got)
+	}
+}
+
 func TestLagOfCountsTheSnapshotsBetweenACopyAndTheNewest(t *testing.T) {
 	s := State{ReplicationFactor: 3, Epoch: 3, Primary: "a", Replicas: []Replica{
 		{Node: "a", Snapshot: 9, SnapshotEpoch: 3, Active: true, Ready: true},

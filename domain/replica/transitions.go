@@ -37,6 +37,9 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 		return fmt.Errorf("report from %s: snapshot %d of epoch %d is after the volume's epoch %d", node, snap.Number, snap.Epoch, s.Epoch)
 	}
 	r := &s.Replicas[i]
+	if r.Snapshot != snap.Number || r.SnapshotEpoch != snap.Epoch || r.SnapshotGUID != snap.GUID {
+		r.SnapshotTaken = 0 // said of the snapshot held before
+	}
 	r.Snapshot, r.SnapshotEpoch, r.SnapshotGUID, r.Ready = snap.Number, snap.Epoch, snap.GUID, ready
 	if snap.Number == 0 {
 		r.SnapshotEpoch, r.SnapshotGUID = 0, 0
@@ -61,6 +64,20 @@ func Report(s *State, node Node, snap Snap, ready bool) error {
 		r.Ready = false
 	}
 	return nil
+}
+
+// Stamp records when node's snapshot snap was taken (Unix seconds), if
+// snap is still the one its entry holds: a time is never paired with
+// another snapshot. For operators only (Replica.SnapshotTaken).
+func Stamp(s *State, node Node, snap Snap, taken int64) {
+	i := s.index(node)
+	if i < 0 || taken <= 0 {
+		return
+	}
+	r := &s.Replicas[i]
+	if r.Snapshot == snap.Number && r.SnapshotEpoch == snap.Epoch && r.SnapshotGUID == snap.GUID && snap.Number != 0 {
+		r.SnapshotTaken = taken
+	}
 }
 
 // ClearFetch forgets node's fetch target after its transfer failed and

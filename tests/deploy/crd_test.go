@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
@@ -66,7 +67,7 @@ func TestTheReplicatedVolumeSchemaNamesExactlyTheGoTypesFields(t *testing.T) {
 	for _, c := range served.AdditionalPrinterColumns {
 		cols = append(cols, c.Name)
 	}
-	if want := "CLAIM CLAIM NAMESPACE RF READY PRIMARY NEWEST MAX LAG PHASE AGE"; strings.Join(cols, " ") != want {
+	if want := "CLAIM CLAIM NAMESPACE RF READY PRIMARY NEWEST SNAPSHOT AGE MAX LAG TRANSFERS PHASE AGE"; strings.Join(cols, " ") != want {
 		t.Errorf("printer columns %q, want %q", strings.Join(cols, " "), want)
 	}
 }
@@ -92,6 +93,13 @@ func compareSchema(t *testing.T, path string, s apiextensionsv1.JSONSchemaProps,
 		}
 		for k, sub := range s.Properties {
 			compareSchema(t, path+"."+k, sub, typ.Elem())
+		}
+		return
+	}
+	if typ == reflect.TypeFor[metav1.Time]() {
+		// An API time is an RFC 3339 string on the wire.
+		if s.Type != "string" || s.Format != "date-time" {
+			t.Errorf("%s: type %q format %q in the CRD, a time (string, date-time) in Go", path, s.Type, s.Format)
 		}
 		return
 	}

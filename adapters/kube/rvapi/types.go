@@ -126,6 +126,11 @@ type Status struct {
 	ReadyReplicas int    `json:"readyReplicas"`
 	Newest        string `json:"newest,omitempty"`
 	MaxLag        int64  `json:"maxLag"`
+	// NewestTime is when Newest was taken (its holders said so in
+	// their snapshotTime); Receiving counts the copies receiving a
+	// snapshot now.
+	NewestTime *metav1.Time `json:"newestTime,omitempty"`
+	Receiving  int          `json:"receiving,omitempty"`
 
 	Epoch    int64           `json:"epoch,omitempty"`
 	Primary  string          `json:"primary,omitempty"`
@@ -174,6 +179,9 @@ type ReplicaStatus struct {
 	// until it reports a snapshot of that epoch or later, its copy is on
 	// the branch the volume's history left.
 	Forked *ForkRef `json:"forked,omitempty"`
+	// SnapshotTime is when Snapshot was taken, as the copy's store says
+	// (replica.Replica.SnapshotTaken): shown, never decided on.
+	SnapshotTime *metav1.Time `json:"snapshotTime,omitempty"`
 }
 
 // ForkRef is where a takeover made the volume's history leave a copy:
@@ -223,12 +231,14 @@ func FromState(s replica.State) ReplicatedVolume {
 			MaxLag:        int64(sum.MaxLag),
 			Epoch:         int64(s.Epoch),
 			Primary:       string(s.Primary),
+			Receiving:     sum.Receiving,
 			Format:        StateFormat,
 		},
 	}
 	if sum.Newest.Number != 0 {
 		rv.Status.Newest = replica.SnapshotName(sum.Newest)
 	}
+	rv.Status.NewestTime = unixTime(sum.NewestTaken)
 	for _, r := range s.Replicas {
 		rs := ReplicaStatus{
 			Node: string(r.Node), Snapshot: int64(r.Snapshot), SnapshotEpoch: int64(r.SnapshotEpoch),
@@ -243,12 +253,22 @@ func FromState(s replica.State) ReplicatedVolume {
 		if r.Forked.Epoch != 0 {
 			rs.Forked = &ForkRef{Epoch: int64(r.Forked.Epoch), At: *snapshotRef(r.Forked.At)}
 		}
+		rs.SnapshotTime = unixTime(r.SnapshotTaken)
 		rv.Status.Replicas = append(rv.Status.Replicas, rs)
 	}
 	for _, n := range s.Awaiting {
 		rv.Status.Awaiting = append(rv.Status.Awaiting, string(n))
 	}
 	return rv
+}
+
+// unixTime is Unix seconds as an API time; nil for 0 (not said).
+func unixTime(sec int64) *metav1.Time {
+	if sec <= 0 {
+		return nil
+	}
+	t := metav1.NewTime(time.Unix(sec, 0).UTC())
+	return &t
 }
 
 func snapshotRef(s replica.Snap) *SnapshotRef {
@@ -316,6 +336,9 @@ func ToState(rv ReplicatedVolume) (replica.State, error) {
 			Ready:         r.Ready,
 			Taker:         r.Taker,
 			Resumed:       num(f+".resumed", r.Resumed),
+		}
+		if r.SnapshotTime != nil && r.SnapshotTime.Unix() > 0 {
+			rep.SnapshotTaken = r.SnapshotTime.Unix()
 		}
 		snap := func(field string, ref SnapshotRef) replica.Snap {
 			return replica.Snap{

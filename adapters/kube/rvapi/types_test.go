@@ -1,6 +1,7 @@
 package rvapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -43,10 +44,18 @@ func TestStatusRoundTrips(t *testing.T) {
 	s := replica.State{Volume: "pvc-1", ReplicationFactor: 3, Epoch: 4, Primary: "b", Version: "17", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 3, SnapshotEpoch: 2, SnapshotGUID: 1<<64 - 1, Fetching: replica.Snap{Number: 9, Epoch: 4, GUID: 1 << 63},
 			Forked: replica.Fork{Epoch: 3, At: replica.Snap{Number: 2, Epoch: 2, GUID: 1<<64 - 2}}, Taker: true, Resumed: 3},
-		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true},
+		{Node: "b", Snapshot: 9, SnapshotEpoch: 4, SnapshotGUID: 5, Active: true, Ready: true, SnapshotTaken: 1_700_000_000},
 		{Node: "c"},
 	}}
-	got, err := ToState(FromState(s))
+	wire, err := json.Marshal(FromState(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back ReplicatedVolume
+	if err := json.Unmarshal(wire, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ToState(back)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +71,12 @@ func TestStatusRoundTrips(t *testing.T) {
 		t.Error("the copy a takeover left is no longer on its fenced branch")
 	}
 	rv := FromState(s)
-	if rv.Status.Phase != "Degraded" || rv.Status.ReadyReplicas != 1 || rv.Status.Newest != "ferry-4-9" || rv.Status.MaxLag != 9 {
+	if rv.Status.Phase != "Degraded" || rv.Status.ReadyReplicas != 1 || rv.Status.Newest != "ferry-4-9" || rv.Status.MaxLag != 9 ||
+		rv.Status.Receiving != 1 || rv.Status.NewestTime == nil || rv.Status.NewestTime.Unix() != 1_700_000_000 {
 		t.Errorf("summary: %+v", rv.Status)
+	}
+	if !strings.Contains(string(wire), `"newestTime":"2023-11-14T22:13:20Z"`) {
+		t.Errorf("the newest snapshot's time is not an RFC 3339 time on the wire: %s", wire)
 	}
 	bad := FromState(s)
 	bad.Status.Replicas[0].SnapshotGUID = "0x12"

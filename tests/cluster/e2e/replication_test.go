@@ -23,8 +23,10 @@ type rvStatus struct {
 		ReadyReplicas int    `json:"readyReplicas"`
 		Primary       string `json:"primary"`
 		Newest        string `json:"newest"`
-		Epoch         int64  `json:"epoch"`
-		Replicas      []struct {
+		// NewestTime: when Newest was taken (RFC 3339).
+		NewestTime *time.Time `json:"newestTime"`
+		Epoch      int64      `json:"epoch"`
+		Replicas   []struct {
 			Node     string `json:"node"`
 			Snapshot int64  `json:"snapshot"`
 			Epoch    int64  `json:"snapshotEpoch"`
@@ -133,11 +135,20 @@ func TestAReplicatedClaimGetsItsCopiesScalesBothWaysAndLeavesNothingWhenDeleted(
 	})
 	out := must(t, "", "get", "rv", vol)
 	t.Logf("kubectl get rv:\n%s", out)
-	for _, col := range []string{"CLAIM", "RF", "READY", "PRIMARY", "NEWEST", "MAX LAG", "PHASE", "AGE"} {
+	for _, col := range []string{"CLAIM", "RF", "READY", "PRIMARY", "SNAPSHOT AGE", "MAX LAG", "TRANSFERS", "PHASE", "AGE"} {
 		if !strings.Contains(out, col) {
 			t.Errorf("kubectl get rv has no column %s", col)
 		}
 	}
+	// The newest snapshot's age is when it was taken: after the write.
+	eventually(t, "the status says when the newest snapshot was taken", 60*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil || rv.Status.NewestTime == nil {
+			return false, fmt.Sprintf("%+v %v", rv.Status, err)
+		}
+		age := time.Since(*rv.Status.NewestTime)
+		return age >= -2*time.Second && age < time.Since(start)+time.Minute, fmt.Sprintf("newest %s taken %s ago", rv.Status.Newest, age)
+	})
 	// The claim it was made for, by name (and its namespace with -o wide).
 	if wide := must(t, "", "get", "rv", vol, "-o", "wide", "--no-headers"); !strings.Contains(wide, " data ") || !strings.Contains(wide, " "+ns+" ") {
 		t.Errorf("kubectl get rv -o wide does not name the claim %s/data: %s", ns, wide)
