@@ -130,7 +130,7 @@ type Status struct {
 	// their snapshotTime); Receiving counts the copies receiving a
 	// snapshot now.
 	NewestTime *metav1.Time `json:"newestTime,omitempty"`
-	Receiving  int          `json:"receiving,omitempty"`
+	Receiving  int          `json:"receiving"`
 
 	Epoch    int64           `json:"epoch,omitempty"`
 	Primary  string          `json:"primary,omitempty"`

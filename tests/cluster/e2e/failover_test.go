@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,6 +78,50 @@ func hostLast(t *testing.T, node, vol string) int {
 // poll's), running each every 200 ms meanwhile; fails after timeout.
 func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration, each func()) (string, string, time.Time) {
 	t.Helper()
+	return readyPodElsewhereSteps(t, ns, app, not, timeout, each, nil)
+}
+
+// podSteps is when readyPodElsewhere first saw each step of the pod's
+// move (zero: not seen; the watch may skip a step the API server merged).
+type podSteps struct {
+	// Deleting: the pod on the lost node got its deletion timestamp.
+	Deleting time.Time
+	// Created: a pod not on the lost node, not yet scheduled or later.
+	Created time.Time
+	// Scheduled: bound to another node.
+	Scheduled time.Time
+	// Running: its containers started (the volume published before).
+	Running time.Time
+}
+
+// see takes one line of the watch: name, node, phase, deletion timestamp
+// and Ready, blanks dropped (an unscheduled pod has no node).
+func (s *podSteps) see(f []string, now time.Time, not string) {
+	first := func(at *time.Time) {
+		if at.IsZero() {
+			*at = now
+		}
+	}
+	deleting := slices.ContainsFunc(f, func(x string) bool { return strings.Contains(x, ":") })
+	switch {
+	case len(f) < 2 || deleting && f[1] != not:
+	case f[1] == not:
+		if deleting {
+			first(&s.Deleting)
+		}
+	case f[1] == "Pending" || f[1] == "Running":
+		first(&s.Created)
+	case len(f) >= 3:
+		first(&s.Created)
+		first(&s.Scheduled)
+		if f[2] == "Running" {
+			first(&s.Running)
+		}
+	}
+}
+
+func readyPodElsewhereSteps(t *testing.T, ns, app, not string, timeout time.Duration, each func(), steps *podSteps) (string, string, time.Time) {
+	t.Helper()
 	type seen struct {
 		pod, node string
 		at        time.Time
@@ -100,6 +145,10 @@ func readyPodElsewhere(t *testing.T, ns, app, not string, timeout time.Duration,
 			for sc.Scan() {
 				last.Store(sc.Text())
 				f := strings.Fields(sc.Text())
+				if steps != nil {
+					// Only this goroutine writes it, before it says found.
+					steps.see(f, time.Now(), not)
+				}
 				if len(f) == 4 && f[1] != not && f[2] == "Running" && f[3] == "True" {
 					found <- seen{f[0], f[1], time.Now()}
 					cancel()
@@ -176,14 +225,15 @@ func nodeLoss(t *testing.T, fault string) {
 	nodeFault(t, fault, first)
 	maxActive := 0
 	var tookOver time.Time // when another primary was first seen
-	pod, second, ready := readyPodElsewhere(t, ns, "w", first, 60*time.Second, func() {
+	var steps podSteps
+	pod, second, ready := readyPodElsewhereSteps(t, ns, "w", first, 60*time.Second, func() {
 		if rv, err := getRV(t, vol); err == nil {
 			maxActive = max(maxActive, activeCount(rv))
 			if p := rv.Status.Primary; p != "" && p != first && tookOver.IsZero() {
 				tookOver = time.Now()
 			}
 		}
-	})
+	}, &steps)
 	took := ready.Sub(start)
 	if tookOver.IsZero() {
 		tookOver = ready // the takeover came before the pod was ready
@@ -260,6 +310,14 @@ func nodeLoss(t *testing.T, fault string) {
 		verdict = "beyond"
 	}
 	fmt.Printf("failover node-loss (%s): takeover %.1f s, pod ready %.1f s after the fault, %s the %s goal\n", fault, tookOver.Sub(start).Seconds(), took.Seconds(), verdict, goal)
+	at := func(x time.Time) string {
+		if x.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", x.Sub(start).Seconds())
+	}
+	fmt.Printf("failover node-loss breakdown (%s, s after the fault): takeover seen %s, old pod deleting %s, new pod %s, scheduled %s, running (published, started) %s, ready %s\n",
+		fault, at(tookOver), at(steps.Deleting), at(steps.Created), at(steps.Scheduled), at(steps.Running), at(ready))
 	rv, err := getRV(t, vol)
 	if err != nil || rv.Status.Primary != second {
 		t.Fatalf("after the failover the primary is %q, want %s: %+v %v", rv.Status.Primary, second, rv.Status, err)
