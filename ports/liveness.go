@@ -25,10 +25,12 @@ type NodeLeases interface {
 }
 
 // LeaseRecord is one node's lease as read: Value changes with every
-// renewal (and only then); PeerAddress is where its peer service listens.
+// renewal (and only then); PeerAddress is where its peer service listens;
+// Duration is how long the node says it holds its lease (0: not said).
 type LeaseRecord struct {
 	Value       string
 	PeerAddress string
+	Duration    time.Duration
 }
 
 // FailoverEffects carries out, in the cluster, what a takeover decided

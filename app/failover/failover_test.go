@@ -745,3 +745,45 @@ func TestARenewalAfterTheLeaseRanOutFencesBeforeTheNodeWritesAgain(t *testing.T)
 		t.Fatalf("still fenced with the lease held and no takeover: %s", why)
 	}
 }
+
+// A lost node that declared a longer lease than the survivor's own (a
+// node of another release, mid-update) holds it for its own duration:
+// the survivor takes it over only after that plus the margin.
+func TestASurvivorWaitsOutTheLongerLeaseALostNodeDeclared(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	cluster := fakecluster.New()
+	ctx := context.Background()
+	if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	longer := timing.Duration + 3*time.Second
+	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1", Duration: longer}}}
+	leases.renew("b", "1")
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	eff := newEffects(ctrl)
+	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
+	step := func(at time.Duration) {
+		clock.set(at)
+		leases.renew("b", at.String())
+		if err := b.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for at := time.Duration(0); at < longer+timing.Margin; at += 500 * time.Millisecond {
+		step(at)
+	}
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" {
+		t.Fatalf("taken over at %s, before a's own lease of %s and the margin ran out: %+v", longer+timing.Margin-500*time.Millisecond, longer, st)
+	}
+	eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil)
+	eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil)
+	eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+	step(longer + timing.Margin)
+	if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" {
+		t.Fatalf("not taken over once a's own lease and the margin ran out: %+v", st)
+	}
+}

@@ -165,12 +165,12 @@ func (s *Survivor) Step(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("read the nodes' leases: %w", err)
 	}
-	values := make(map[replica.Node]string, len(recs))
+	values := make(map[replica.Node]liveness.Lease, len(recs))
 	for n, r := range recs {
-		values[n] = r.Value
+		values[n] = liveness.Lease{Value: r.Value, Duration: r.Duration}
 		s.peers[n] = r.PeerAddress
 	}
-	s.obs.ReadSince(asked, answered, values)
+	s.obs.ReadDeclared(asked, answered, values)
 	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
 	s.logLost(lost, off)

@@ -237,6 +237,21 @@ type sighting struct {
 	// renewed: the value changed since the observer first saw the lease
 	// (after its last blind spell), the last time at at.
 	renewed bool
+	// hold is how long this value may hold its node's lease: the
+	// observer's Duration, or longer where the node declares a longer one
+	// now or declared one with its previous value (see ReadDeclared).
+	hold time.Duration
+	// declared is the duration the node declared with this value (0:
+	// none).
+	declared time.Duration
+}
+
+// Lease is one node's lease as read: Value changes with every renewal;
+// Duration is what the node declares it holds its lease for (0: not
+// declared: the observer's own Duration).
+type Lease struct {
+	Value    string
+	Duration time.Duration
 }
 
 // NewObserver returns the observer of node self (never lost to itself).
@@ -261,15 +276,37 @@ func (o *Observer) Read(now time.Duration, values map[replica.Node]string) {
 // slow, shorter than a renewal, count as they are: were each counted
 // blind, no node would ever be taken for lost.
 func (o *Observer) ReadSince(start, now time.Duration, values map[replica.Node]string) {
+	leases := make(map[replica.Node]Lease, len(values))
+	for n, v := range values {
+		leases[n] = Lease{Value: v}
+	}
+	o.ReadDeclared(start, now, leases)
+}
+
+// ReadDeclared is ReadSince with the duration each node declares with its
+// lease. A node is taken for lost only after the longer of the observer's
+// Duration and its own: nodes of two releases (or two configurations)
+// side by side during a rolling update never take each other over before
+// the other fences (a node holds its lease for its own duration, minus
+// the margin, which every node must set alike). A value that comes with a
+// shorter declaration than the one before still holds for the longer one:
+// the processes that read the earlier one (a daemon just replaced, its
+// volume managers' permits) may write on its terms until then.
+func (o *Observer) ReadDeclared(start, now time.Duration, leases map[replica.Node]Lease) {
 	if now-start > o.cfg.Renew {
 		o.blind = true
 	}
-	for n, v := range values {
+	for n, l := range leases {
 		s, ok := o.seen[n]
-		if !ok || s.value != v || o.blind {
-			o.seen[n] = sighting{value: v, at: now, renewed: ok && s.value != v && !o.blind}
+		if !ok || s.value != l.Value || o.blind {
+			hold := max(o.cfg.Duration, l.Duration)
+			if ok {
+				hold = max(hold, s.declared)
+			}
+			o.seen[n] = sighting{value: l.Value, at: now, renewed: ok && s.value != l.Value && !o.blind, hold: hold, declared: l.Duration}
 		}
 	}
+	values := leases
 	if o.blind {
 		for n, s := range o.seen {
 			if _, ok := values[n]; !ok {
@@ -334,7 +371,7 @@ func (o *Observer) Lost(now time.Duration) []replica.Node {
 		if n == o.self {
 			continue
 		}
-		if slices.Contains(o.off, n) || (now >= o.promised[n] && o.cfg.Lost(s.at, now)) {
+		if slices.Contains(o.off, n) || (now >= o.promised[n] && now-s.at >= s.hold+o.cfg.Margin) {
 			out = append(out, n)
 		}
 	}
@@ -364,7 +401,7 @@ func (o *Observer) NextLoss(now time.Duration) (time.Duration, bool) {
 		if n == o.self || slices.Contains(o.off, n) {
 			continue
 		}
-		at := max(s.at+o.cfg.Duration+o.cfg.Margin, o.promised[n])
+		at := max(s.at+s.hold+o.cfg.Margin, o.promised[n])
 		if at <= now {
 			continue // lost already (or a promise ran out at now)
 		}

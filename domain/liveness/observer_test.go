@@ -193,3 +193,49 @@ func TestAResumeSinceTheVerdictAndAPromiseAfterItAreRefused(t *testing.T) {
 		t.Fatal("promised a node this observer already takes for lost (a takeover may be under way)")
 	}
 }
+
+// During a rolling update nodes of two releases run side by side: one
+// that holds its lease for 5 s (until 4.5 s after its renewal) is watched
+// by one whose own duration is 3 s. It is taken for lost after its own
+// duration plus the margin, never the observer's shorter one, or the
+// takeover would come while it still writes.
+func TestANodeDeclaringALongerLeaseIsTakenForLostOnlyAfterItsOwnDuration(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}, "c": {Value: "1", Duration: 2 * s}})
+	if got := o.Lost(5*s + s/2 - 1); slices.Contains(got, "a") {
+		t.Fatalf("a, which holds its lease for 5 s, taken for lost at %v: before its own duration + margin", 5*s+s/2-1)
+	}
+	if got := o.Lost(5*s + s/2); !slices.Contains(got, "a") {
+		t.Fatalf("a not lost after its own duration + margin: %v", got)
+	}
+	// c declares a shorter lease than the observer's: the observer's own
+	// counts (it is never shortened by what a node says).
+	if got := o.Lost(3*s + s/2 - 1); slices.Contains(got, "c") {
+		t.Fatalf("c taken for lost before the observer's own duration + margin: %v", got)
+	}
+	if at, ok := o.NextLoss(0); !ok || at != 3*s+s/2 {
+		t.Fatalf("NextLoss = %v, %v; want c's 3.5 s", at, ok)
+	}
+}
+
+// A node's daemon replaced by one with a shorter lease: the first renewal
+// of the new one still holds for the old duration (the old daemon's
+// permits may let its primaries write until then); the next one holds for
+// the new.
+func TestALeaseShortenedByItsNodeHoldsForTheLongerOneOnce(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}})
+	o.ReadDeclared(s, s, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
+	if got := o.Lost(s + 5*s + s/2 - 1); slices.Contains(got, "a") {
+		t.Fatalf("a taken for lost on its shortened lease's first value, before the old duration: %v", got)
+	}
+	o.ReadDeclared(2*s, 2*s, map[replica.Node]Lease{"a": {Value: "3", Duration: 3 * s}})
+	if got := o.Lost(2*s + 3*s + s/2 - 1); slices.Contains(got, "a") {
+		t.Fatalf("lost before duration + margin: %v", got)
+	}
+	if got := o.Lost(2*s + 3*s + s/2); !slices.Contains(got, "a") {
+		t.Fatalf("a's second value on the short lease holds for the short duration only: %v", got)
+	}
+}

@@ -74,7 +74,7 @@ func (p *Publisher) Renew(ctx context.Context) error {
 	}
 	cur = cur.DeepCopy()
 	now := metav1.NewMicroTime(time.Now())
-	secs := int32(p.Duration / time.Second)
+	secs := p.durationSeconds()
 	cur.Spec.RenewTime, cur.Spec.LeaseDurationSeconds = &now, &secs
 	out, err := p.client.CoordinationV1().Leases(p.namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	if err != nil {
@@ -90,6 +90,14 @@ func (p *Publisher) remember(l *coordinationv1.Lease) {
 	p.mu.Unlock()
 }
 
+// durationSeconds is the lease's duration in whole seconds, rounded up:
+// other nodes wait at least that long before they take this one for lost
+// (liveness.Observer.ReadDeclared), so it must never say less than it
+// holds.
+func (p *Publisher) durationSeconds() int32 {
+	return int32((p.Duration + time.Second - 1) / time.Second)
+}
+
 // NewPublisher returns the publisher of node's address in namespace.
 func NewPublisher(client kubernetes.Interface, namespace string, node replica.Node, address string) *Publisher {
 	return &Publisher{client: client, namespace: namespace, node: node, address: address, Duration: 40 * time.Second}
@@ -99,7 +107,7 @@ func NewPublisher(client kubernetes.Interface, namespace string, node replica.No
 func (p *Publisher) Publish(ctx context.Context) error {
 	leases := p.client.CoordinationV1().Leases(p.namespace)
 	now := metav1.NewMicroTime(time.Now())
-	secs := int32(p.Duration / time.Second)
+	secs := p.durationSeconds()
 	holder := string(p.node)
 	name := LeaseName(p.node)
 	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -223,7 +231,11 @@ func (l *Leases) Leases(ctx context.Context) (map[replica.Node]ports.LeaseRecord
 		if LeaseName(n) != it.Name {
 			continue
 		}
-		out[n] = ports.LeaseRecord{Value: it.ResourceVersion, PeerAddress: it.Annotations[AnnotationPeerAddress]}
+		rec := ports.LeaseRecord{Value: it.ResourceVersion, PeerAddress: it.Annotations[AnnotationPeerAddress]}
+		if d := it.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+			rec.Duration = time.Duration(*d) * time.Second
+		}
+		out[n] = rec
 	}
 	return out, nil
 }

@@ -116,3 +116,26 @@ func TestADeletedLeaseIsNotResolvedFromTheCache(t *testing.T) {
 		t.Fatalf("after the lease's deletion: %q, %v; want ErrUnavailable", addr, err)
 	}
 }
+
+// A node's lease says how long it holds it, in whole seconds rounded up
+// (never less than it holds), and the reader passes it on: the other
+// nodes wait at least that long before they take it for lost.
+func TestALeaseSaysItsDurationRoundedUp(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	p := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
+	p.Duration = 2500 * time.Millisecond
+	if err := p.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := NewLeases(client, "ferry-system").Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recs["node-a"].Duration; got != 3*time.Second {
+		t.Fatalf("a lease held 2.5 s reads as held %s, want 3s", got)
+	}
+}
