@@ -157,7 +157,7 @@ bench-idle: build zfs-up cluster-bins ## what idle replicas cost a node: 200 vol
 bench-provision: ## on the running local cluster: 100 Immediate claims at once until Bound (provisioned: PVCs/s), ReplicatedVolume writes per volume per snapshot interval, deletion
 	go run ./tests/bench/provision $(BENCH_PROVISION_FLAGS)
 
-bench-move: ## on the running local cluster: a StatefulSet pod with a replicated claim moved to another node 5 times (move: median seconds until it runs there with its data)
+bench-move: ## on the running local cluster: a StatefulSet pod with a replicated claim moved to another node 5 times (move: median seconds from the old pod gone until the new one runs there with its data, with its breakdown, and the stop before it)
 	go run ./tests/bench/move $(BENCH_MOVE_FLAGS)
 
 bench-transport: ## the peer transport alone (mTLS on loopback, no zfs): MB/s and allocations

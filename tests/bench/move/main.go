@@ -1,15 +1,21 @@
 // Command move measures a planned move on the running local cluster (make
 // cluster-up cluster-deploy): a StatefulSet's pod with a replicated claim
-// writes a file, its node is cordoned and the pod deleted, and the time
-// until the re-created pod runs on another node and reads the file back
-// intact is one move (the kubelet's own steps included: unmount, the final
-// snapshot, scheduling, the handover, mount, container start). It prints
-// each move and the median of -moves. Not a pass/fail test: `make
-// bench-move`.
+// writes a file, its node is cordoned and the pod deleted, and the
+// re-created pod must run on another node and read the file back intact.
+// Each move is timed from a watch of the pods in two parts: the stop
+// (delete -> the old pod gone: its container stopped, the unpublish's
+// final snapshot taken and the copy released, as the kubelet deletes the
+// pod only once its volumes are torn down) and the move itself (old pod
+// gone -> new pod ready: created by the StatefulSet controller,
+// scheduled, running, which includes the publish: the final snapshot
+// fetched, the copy promoted and mounted, then the container's start). It
+// prints each move's breakdown and the medians of -moves. Not a pass/fail
+// test: `make bench-move`.
 package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
@@ -19,7 +25,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 var (
@@ -63,7 +77,8 @@ func main() {
 		out, _ := kubectl("", "get", "rv", vol, "-o", "jsonpath={.status.readyReplicas}")
 		return strings.TrimSpace(out) == "2"
 	})
-	var times []time.Duration
+	w := watchPods(ns)
+	var moved, stops, wholes []time.Duration
 	for i := 0; i < *moves; i++ {
 		sum := write(ns, pod)
 		if cordoned != "" {
@@ -71,6 +86,7 @@ func main() {
 		}
 		must("", "cordon", node)
 		cordoned = node
+		old := types.UID(strings.TrimSpace(must("", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.metadata.uid}")))
 		start := time.Now()
 		must("", "-n", ns, "delete", "pod", pod, "--wait=false")
 		var to string
@@ -83,9 +99,14 @@ func main() {
 		if failed {
 			break
 		}
-		d := time.Since(start)
-		times = append(times, d)
-		fmt.Printf("move %d: %s -> %s in %.1f s\n", i+1, node, to, d.Seconds())
+		st, err := w.steps(old, start)
+		if err != nil {
+			fail(fmt.Errorf("move %d: %w", i+1, err))
+		}
+		moved, stops, wholes = append(moved, st.ready.Sub(st.gone)), append(stops, st.gone.Sub(start)), append(wholes, st.ready.Sub(start))
+		fmt.Printf("move %d: %s -> %s: stop %.1f s (delete -> old pod gone), move %.1f s (gone -> new pod ready: created +%.1f, scheduled +%.1f, running +%.1f, ready +%.1f)\n",
+			i+1, node, to, st.gone.Sub(start).Seconds(), st.ready.Sub(st.gone).Seconds(),
+			st.created.Sub(st.gone).Seconds(), st.scheduled.Sub(st.created).Seconds(), st.running.Sub(st.scheduled).Seconds(), st.ready.Sub(st.running).Seconds())
 		node = to
 	}
 	if failed {
@@ -93,8 +114,132 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-move:", failErr)
 		os.Exit(1)
 	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	fmt.Printf("move: %.1f s (median of %d; fastest %.1f s, slowest %.1f s)\n", times[len(times)/2].Seconds(), len(times), times[0].Seconds(), times[len(times)-1].Seconds())
+	fmt.Printf("move: %.1f s (median of %d, old pod gone -> new pod ready with its data; fastest %.1f s, slowest %.1f s); stop %.1f s; delete -> ready %.1f s\n",
+		median(moved), len(moved), minOf(moved), maxOf(moved), median(stops), median(wholes))
+}
+
+func median(d []time.Duration) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2].Seconds()
+}
+
+func minOf(d []time.Duration) float64 {
+	m := d[0]
+	for _, x := range d {
+		m = min(m, x)
+	}
+	return m.Seconds()
+}
+
+func maxOf(d []time.Duration) float64 {
+	m := d[0]
+	for _, x := range d {
+		m = max(m, x)
+	}
+	return m.Seconds()
+}
+
+// podWatch records, from a watch of the namespace's pods, when each step
+// of a pod's life was first seen.
+type podWatch struct {
+	mu     sync.Mutex
+	events []podEvent
+}
+
+type podEvent struct {
+	at    time.Time
+	kind  watch.EventType
+	uid   types.UID
+	node  string
+	phase corev1.PodPhase
+	ready bool
+}
+
+// moveSteps is one move as the watch saw it.
+type moveSteps struct {
+	gone, created, scheduled, running, ready time.Time
+}
+
+func watchPods(ns string) *podWatch {
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	w := &podWatch{}
+	go func() {
+		for {
+			wi, err := kube.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{LabelSelector: "app=db"})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				e := podEvent{at: time.Now(), kind: ev.Type, uid: p.UID, node: p.Spec.NodeName, phase: p.Status.Phase}
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						e.ready = true
+					}
+				}
+				w.mu.Lock()
+				w.events = append(w.events, e)
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+// steps finds, after start, the old pod's deletion and the first sight
+// of each step of the pod that replaced it.
+func (w *podWatch) steps(old types.UID, start time.Time) (moveSteps, error) {
+	deadline := time.Now().Add(10 * time.Second) // the watch may trail the poll that saw the pod ready
+	for {
+		w.mu.Lock()
+		var st moveSteps
+		first := func(at *time.Time, t time.Time) {
+			if at.IsZero() {
+				*at = t
+			}
+		}
+		for _, e := range w.events {
+			if e.at.Before(start) {
+				continue
+			}
+			switch {
+			case e.uid == old && e.kind == watch.Deleted:
+				first(&st.gone, e.at)
+			case e.uid != old && e.kind != watch.Deleted:
+				first(&st.created, e.at)
+				if e.node != "" {
+					first(&st.scheduled, e.at)
+				}
+				if e.phase == corev1.PodRunning {
+					first(&st.running, e.at)
+				}
+				if e.ready {
+					first(&st.ready, e.at)
+				}
+			}
+		}
+		w.mu.Unlock()
+		if !st.gone.IsZero() && !st.ready.IsZero() {
+			// A step the API server merged into the next is seen with it.
+			first(&st.running, st.ready)
+			first(&st.scheduled, st.running)
+			first(&st.created, st.scheduled)
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("the watch saw no deletion of the old pod or no ready new one (%+v)", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // write writes 1 MiB of random data to /data/blob and syncs; it returns
