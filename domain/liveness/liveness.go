@@ -19,7 +19,9 @@
 //     renewal that succeeded (the server accepted it no earlier, so every
 //     observer sees it valid at least that long);
 //   - an observer takes a node for lost once its lease has not changed for
-//     Duration + Margin since the observer first saw its current value;
+//     Duration + Margin since the observer first saw its current value,
+//     the longer of its own Duration and the one the node declares
+//     (Observer.ReadDeclared: nodes configured apart);
 //   - between the two lie 2 Margin at least: a node stops writing before
 //     anyone may take its volumes over.
 //
@@ -244,6 +246,12 @@ type sighting struct {
 	// declared is the duration the node declared with this value (0:
 	// none).
 	declared time.Duration
+	// until is the latest instant (this observer's clock) up to which any
+	// value seen of this lease may hold it: at + hold, or later where an
+	// earlier value, on a longer declaration, still ran (kept across value
+	// changes and blind spells). The node is lost no earlier than until +
+	// Margin.
+	until time.Duration
 }
 
 // Lease is one node's lease as read: Value changes with every renewal;
@@ -303,14 +311,15 @@ func (o *Observer) ReadDeclared(start, now time.Duration, leases map[replica.Nod
 			if ok {
 				hold = max(hold, s.declared)
 			}
-			o.seen[n] = sighting{value: l.Value, at: now, renewed: ok && s.value != l.Value && !o.blind, hold: hold, declared: l.Duration}
+			o.seen[n] = sighting{value: l.Value, at: now, renewed: ok && s.value != l.Value && !o.blind, hold: hold, declared: l.Duration,
+				until: max(s.until, now+hold)}
 		}
 	}
 	values := leases
 	if o.blind {
 		for n, s := range o.seen {
 			if _, ok := values[n]; !ok {
-				s.at, s.renewed = now, false
+				s.at, s.renewed, s.until = now, false, max(s.until, now+s.hold)
 				o.seen[n] = s
 			}
 		}
@@ -371,7 +380,7 @@ func (o *Observer) Lost(now time.Duration) []replica.Node {
 		if n == o.self {
 			continue
 		}
-		if slices.Contains(o.off, n) || (now >= o.promised[n] && now-s.at >= s.hold+o.cfg.Margin) {
+		if slices.Contains(o.off, n) || (now >= o.promised[n] && now >= s.until+o.cfg.Margin) {
 			out = append(out, n)
 		}
 	}
@@ -401,7 +410,7 @@ func (o *Observer) NextLoss(now time.Duration) (time.Duration, bool) {
 		if n == o.self || slices.Contains(o.off, n) {
 			continue
 		}
-		at := max(s.at+s.hold+o.cfg.Margin, o.promised[n])
+		at := max(s.until+o.cfg.Margin, o.promised[n])
 		if at <= now {
 			continue // lost already (or a promise ran out at now)
 		}

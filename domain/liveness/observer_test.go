@@ -219,23 +219,48 @@ func TestANodeDeclaringALongerLeaseIsTakenForLostOnlyAfterItsOwnDuration(t *test
 	}
 }
 
-// A node's daemon replaced by one with a shorter lease: the first renewal
-// of the new one still holds for the old duration (the old daemon's
-// permits may let its primaries write until then); the next one holds for
-// the new.
-func TestALeaseShortenedByItsNodeHoldsForTheLongerOneOnce(t *testing.T) {
+// A node's daemon replaced by one with a shorter lease: its first value
+// still holds for the old duration (the old daemon's permits may let its
+// primaries write on those terms), and so does every value until those
+// terms end; values read after that hold for the new duration.
+func TestALeaseShortenedByItsNodeHoldsForTheLongerOneUntilItsTermsEnd(t *testing.T) {
 	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}})
 	o.ReadDeclared(s, s, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
-	if got := o.Lost(s + 5*s + s/2 - 1); slices.Contains(got, "a") {
-		t.Fatalf("a taken for lost on its shortened lease's first value, before the old duration: %v", got)
-	}
 	o.ReadDeclared(2*s, 2*s, map[replica.Node]Lease{"a": {Value: "3", Duration: 3 * s}})
-	if got := o.Lost(2*s + 3*s + s/2 - 1); slices.Contains(got, "a") {
-		t.Fatalf("lost before duration + margin: %v", got)
+	// Value 2, seen at 1 s, holds on the 5 s terms until 6 s.
+	if got := o.Lost(6*s + s/2 - 1); slices.Contains(got, "a") {
+		t.Fatalf("a taken for lost before its first short value's longer terms ran out: %v", got)
 	}
-	if got := o.Lost(2*s + 3*s + s/2); !slices.Contains(got, "a") {
-		t.Fatalf("a's second value on the short lease holds for the short duration only: %v", got)
+	if got := o.Lost(6*s + s/2); !slices.Contains(got, "a") {
+		t.Fatalf("a not lost once those terms and the margin ran out: %v", got)
+	}
+	o.ReadDeclared(7*s, 7*s, map[replica.Node]Lease{"a": {Value: "4", Duration: 3 * s}})
+	if got := o.Lost(10*s + s/2); !slices.Contains(got, "a") {
+		t.Fatalf("a value read after the longer terms ended holds for the short duration only: %v", got)
+	}
+	if got := o.Lost(10*s + s/2 - 1); slices.Contains(got, "a") {
+		t.Fatalf("lost before the short duration + margin: %v", got)
+	}
+}
+
+// The longer hold of a shortened lease's first value outlives a blind
+// spell and the next values: the earlier value's terms end when they end,
+// whatever is read after.
+func TestALongerHoldOutlivesABlindReadAndTheNextValues(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}})
+	o.ReadDeclared(s/2, s/2, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
+	o.Blind()
+	o.ReadDeclared(s, s, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
+	o.ReadDeclared(2*s, 2*s, map[replica.Node]Lease{"a": {Value: "3", Duration: 3 * s}})
+	// Value 2, seen at 0.5 s, holds on the 5 s terms until 5.5 s.
+	if got := o.Lost(6*s - 1); slices.Contains(got, "a") {
+		t.Fatalf("a lost at %v, before the longer terms (until 5.5 s) and the margin: %v", 6*s-1, got)
+	}
+	if at, ok := o.NextLoss(2 * s); !ok || at != 6*s {
+		t.Fatalf("NextLoss = %v, %v; want 6s", at, ok)
 	}
 }
