@@ -787,3 +787,102 @@ func TestASurvivorWaitsOutTheLongerLeaseALostNodeDeclared(t *testing.T) {
 		t.Fatalf("not taken over once a's own lease and the margin ran out: %+v", st)
 	}
 }
+
+// A daemon that replaced one on its node (a rolling update, a restart
+// with a shorter --lease-duration) waits out the promises the one before
+// may have given on its longer terms, which lived in its memory only: it
+// reads those terms from its node's Lease, or from its publisher once it
+// renewed it.
+func TestARestartedSurvivorWaitsOutItsPredecessorsTerms(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		own       time.Duration // what the node's Lease declares at the first read
+		published time.Duration // what the publisher found there
+	}{{"read from its node's Lease", timing.Duration + 3*time.Second, 0}, {"from its publisher", timing.Duration, timing.Duration + 3*time.Second}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctrl := gomock.NewController(t)
+			cluster := fakecluster.New()
+			ctx := context.Background()
+			if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
+				t.Fatal(err)
+			}
+			leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1", Duration: c.own}}}
+			clock := &fakeClock{}
+			store := mocks.NewMockSnapshotStore(ctrl)
+			store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+			eff := newEffects(ctrl)
+			eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+			b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop(),
+				WithPredecessor(func() time.Duration { return c.published }))
+			step := func(at time.Duration) {
+				clock.set(at)
+				if at > 0 { // b's daemon renews its own Lease on its own terms from then on
+					leases.vals["b"] = ports.LeaseRecord{Value: at.String(), Duration: timing.Duration}
+				}
+				if err := b.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			terms := timing.Duration + 3*time.Second
+			for at := time.Duration(0); at < terms+timing.Margin; at += 500 * time.Millisecond {
+				step(at)
+			}
+			if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" {
+				t.Fatalf("a taken over before the predecessor's terms (%s) and the margin ran out: %+v", terms, st)
+			}
+			eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil)
+			eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil)
+			eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+			eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+			step(terms + timing.Margin)
+			if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" {
+				t.Fatalf("not taken over once they ran out: %+v", st)
+			}
+		})
+	}
+}
+
+// A renewal the API server holds (it stalls, answering nothing) has the
+// takers asked for their promises beside it after half a period, not
+// once it failed: with a short lease, the promises must be in before it
+// runs out.
+func TestAStalledRenewalHasThePromisesAskedBesideIt(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	stalled, release := make(chan struct{}), make(chan struct{})
+	lease := mocks.NewMockNodeLease(ctrl)
+	lease.EXPECT().Renew(gomock.Any()).DoAndReturn(func(context.Context) error {
+		close(stalled)
+		<-release
+		return nil
+	})
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b"))
+	asked := make(chan replica.Node, 4)
+	quick := liveness.Config{Renew: 20 * time.Millisecond, Duration: 5 * time.Second, Margin: 500 * time.Millisecond}
+	g := NewGuard(Config{Node: "a", Lease: quick, Lag: 1}, clock.read, lease, vols, NewTakers("a", nil, zap.NewNop()), store,
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(),
+		WithPromises(askerFunc(func(node, _ replica.Node) (bool, time.Duration, error) {
+			asked <- node
+			return true, 4500 * time.Millisecond, nil
+		})))
+	done := make(chan error, 1)
+	go func() { done <- g.renewOrAsk(context.Background()) }()
+	<-stalled
+	select {
+	case n := <-asked:
+		if n != "b" {
+			t.Fatalf("asked %s, want b", n)
+		}
+	case err := <-done:
+		t.Fatalf("the renewal returned (%v) before any promise was asked", err)
+	case <-time.After(10 * time.Second): // a failure's bound only: the ask comes after 10 ms
+		t.Fatal("no promise asked while the renewal stalled")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -408,11 +408,10 @@ func (g *Guard) renewals(ctx context.Context) {
 	defer t.Stop()
 	failing := false
 	for {
-		if err := g.RenewOnce(ctx); err != nil {
+		if err := g.renewOrAsk(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			g.AskPromisesOnce(ctx)
 			if !failing {
 				g.log.Warn("node lease not renewed", zap.Error(err))
 			}
@@ -427,6 +426,27 @@ func (g *Guard) renewals(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// renewOrAsk renews the lease once; a renewal still unanswered after half
+// a period (an API server stalling) has the takers asked for their
+// promises beside it, and one that failed has them asked once it failed:
+// the promises are in before the lease runs out, however short it is.
+func (g *Guard) renewOrAsk(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- g.RenewOnce(ctx) }()
+	t := time.NewTimer(g.cfg.Lease.Renew / 2)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil && ctx.Err() == nil {
+			g.AskPromisesOnce(ctx)
+		}
+		return err
+	case <-t.C:
+	}
+	g.AskPromisesOnce(ctx)
+	return <-done
 }
 
 // acknowledgements acknowledges, every Renew, the copies that reported a

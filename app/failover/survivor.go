@@ -48,6 +48,10 @@ type Survivor struct {
 	taint      *liveness.TaintWatch
 	kept       string // the last reason the own taint stayed, as logged
 	prepare    Preparer
+	// predecessor and inherited: WithPredecessor, applied at the first
+	// read of the leases.
+	predecessor func() time.Duration
+	inherited   bool
 }
 
 // Preparer readies this node's copy for the writer that follows a
@@ -59,6 +63,15 @@ type Preparer interface {
 
 // SurvivorOption adds an optional duty to a survivor.
 type SurvivorOption func(*Survivor)
+
+// WithPredecessor tells the survivor the lease duration the daemon it
+// replaced on this node ran on (0: none, or not known yet): at its first
+// read of the leases it waits out the promises that daemon may have given
+// (liveness.Observer.Inherit), on the longer of that and what its own
+// node's Lease then declares.
+func WithPredecessor(d func() time.Duration) SurvivorOption {
+	return func(s *Survivor) { s.predecessor = d }
+}
 
 // WithPreparer has every takeover made here followed, at once and beside
 // the lost node's effects, by p's preparation of the copy.
@@ -171,6 +184,16 @@ func (s *Survivor) Step(ctx context.Context) error {
 		s.peers[n] = r.PeerAddress
 	}
 	s.obs.ReadDeclared(asked, answered, values)
+	if !s.inherited {
+		// The node's own Lease, read before this daemon renewed it, says
+		// its predecessor's terms; after, the publisher does.
+		d := values[s.cfg.Node].Duration
+		if s.predecessor != nil {
+			d = max(d, s.predecessor())
+		}
+		s.obs.Inherit(now, d)
+		s.inherited = true
+	}
 	s.obs.OutOfService(off)
 	lost := s.obs.Lost(now)
 	s.logLost(lost, off)

@@ -237,7 +237,7 @@ func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Snapshot
 	// A copy taken over here is remounted at once, while the lost node's
 	// pods are rescheduled, not when the new pod's publish comes.
 	survivor := failover.NewSurvivor(fcfg, clock, peerdir.NewLeases(api.kube, o.Namespace), api.states, vols, store,
-		effects, events, log.Named("survivor"), failover.WithPreparer(prep))
+		effects, events, log.Named("survivor"), failover.WithPreparer(prep), failover.WithPredecessor(pub.Predecessor))
 	relay.set(live.Answers(survivor.Promise))
 	// Promises are asked for at the peer addresses the leases last
 	// published: they matter when the API server cannot be read.

@@ -229,8 +229,11 @@ type Observer struct {
 	self     replica.Node
 	seen     map[replica.Node]sighting
 	promised map[replica.Node]time.Duration
-	blind    bool
-	off      []replica.Node // declared shut down (OutOfService)
+	// inherited: nobody is taken for lost before it (Inherit): the
+	// promises this node's previous daemon gave may run until then.
+	inherited time.Duration
+	blind     bool
+	off       []replica.Node // declared shut down (OutOfService)
 }
 
 type sighting struct {
@@ -311,6 +314,9 @@ func (o *Observer) ReadDeclared(start, now time.Duration, leases map[replica.Nod
 			if ok {
 				hold = max(hold, s.declared)
 			}
+			if o.blind {
+				hold = max(hold, AfterOutage)
+			}
 			o.seen[n] = sighting{value: l.Value, at: now, renewed: ok && s.value != l.Value && !o.blind, hold: hold, declared: l.Duration,
 				until: max(s.until, now+hold)}
 		}
@@ -319,12 +325,33 @@ func (o *Observer) ReadDeclared(start, now time.Duration, leases map[replica.Nod
 	if o.blind {
 		for n, s := range o.seen {
 			if _, ok := values[n]; !ok {
-				s.at, s.renewed, s.until = now, false, max(s.until, now+s.hold)
+				s.at, s.renewed, s.until = now, false, max(s.until, now+max(s.hold, AfterOutage))
 				o.seen[n] = s
 			}
 		}
 		o.blind = false
 	}
+}
+
+// AfterOutage is the least a lease seen again after a blind spell (this
+// observer's reads failed, or were held: an API server outage) holds,
+// whatever the durations: once the API server answers again, the volume
+// managers report what they received during the outage within about 3 s
+// (a tick, a read bounded by two ticks or 2 s, a compare-and-swap;
+// ARCHITECTURE 5.7), and a takeover must decide on those reports, or it
+// gives up the outage's snapshots. Sized to the report bound with room,
+// not to the lease.
+const AfterOutage = 5 * time.Second
+
+// Inherit is what this observer learns of the daemon it replaces on its
+// node, at its first read (now): that daemon renewed the node's lease for
+// duration (its Lease said so before this one renewed it) and may have
+// promised other nodes, on those terms, not to take them over: promises
+// kept in its memory only, which ran for at most duration - Margin from
+// before now, and which it honoured for 2 Margin more. Nobody is taken
+// for lost before they all ended.
+func (o *Observer) Inherit(now, duration time.Duration) {
+	o.inherited = max(o.inherited, now+duration+o.cfg.Margin)
 }
 
 // OutOfService records the nodes an administrator declared shut down
@@ -380,7 +407,7 @@ func (o *Observer) Lost(now time.Duration) []replica.Node {
 		if n == o.self {
 			continue
 		}
-		if slices.Contains(o.off, n) || (now >= o.promised[n] && now >= s.until+o.cfg.Margin) {
+		if slices.Contains(o.off, n) || (now >= o.promised[n] && now >= o.inherited && now >= s.until+o.cfg.Margin) {
 			out = append(out, n)
 		}
 	}
@@ -410,7 +437,7 @@ func (o *Observer) NextLoss(now time.Duration) (time.Duration, bool) {
 		if n == o.self || slices.Contains(o.off, n) {
 			continue
 		}
-		at := max(s.until+o.cfg.Margin, o.promised[n])
+		at := max(s.until+o.cfg.Margin, o.promised[n], o.inherited)
 		if at <= now {
 			continue // lost already (or a promise ran out at now)
 		}

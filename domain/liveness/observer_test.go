@@ -251,16 +251,52 @@ func TestALeaseShortenedByItsNodeHoldsForTheLongerOneUntilItsTermsEnd(t *testing
 func TestALongerHoldOutlivesABlindReadAndTheNextValues(t *testing.T) {
 	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
-	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}})
+	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 8 * s}})
 	o.ReadDeclared(s/2, s/2, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
 	o.Blind()
 	o.ReadDeclared(s, s, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
 	o.ReadDeclared(2*s, 2*s, map[replica.Node]Lease{"a": {Value: "3", Duration: 3 * s}})
-	// Value 2, seen at 0.5 s, holds on the 5 s terms until 5.5 s.
-	if got := o.Lost(6*s - 1); slices.Contains(got, "a") {
-		t.Fatalf("a lost at %v, before the longer terms (until 5.5 s) and the margin: %v", 6*s-1, got)
+	// Value 2, seen at 0.5 s, holds on the 8 s terms until 8.5 s.
+	if got := o.Lost(9*s - 1); slices.Contains(got, "a") {
+		t.Fatalf("a lost at %v, before the longer terms (until 8.5 s) and the margin: %v", 9*s-1, got)
 	}
-	if at, ok := o.NextLoss(2 * s); !ok || at != 6*s {
-		t.Fatalf("NextLoss = %v, %v; want 6s", at, ok)
+	if at, ok := o.NextLoss(2 * s); !ok || at != 9*s {
+		t.Fatalf("NextLoss = %v, %v; want 9s", at, ok)
+	}
+}
+
+// After an outage the volume managers need a few seconds to report what
+// they received meanwhile: a lease seen again after a blind spell holds
+// for AfterOutage at least, however short the lease.
+func TestAfterAnOutageAShortLeaseHoldsLongEnoughForTheReports(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.Read(0, leases("a", "1"))
+	o.Blind()
+	o.Read(60*s, leases("a", "1"))
+	if got := o.Lost(60*s + AfterOutage + s/2 - 1); len(got) != 0 {
+		t.Fatalf("lost %v before AfterOutage + margin after the outage", got)
+	}
+	if got := o.Lost(60*s + AfterOutage + s/2); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v, want [a]", got)
+	}
+}
+
+// A daemon replacing another on its node knows nothing of the promises
+// the other gave (kept in memory): it takes nobody for lost until they
+// ended, on the other's terms.
+func TestANewDaemonWaitsOutThePromisesItsPredecessorMayHaveGiven(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.Read(10*s, leases("a", "1", "b", "1"))
+	o.Inherit(10*s, 5*s) // the daemon before renewed b's lease for 5 s
+	if got := o.Lost(15*s + s/2 - 1); len(got) != 0 {
+		t.Fatalf("lost %v while a promise of the daemon before (up to 4.5 s from 10 s, and 2 margins) may still run", got)
+	}
+	if at, ok := o.NextLoss(12 * s); !ok || at != 15*s+s/2 {
+		t.Fatalf("NextLoss = %v, %v; want 15.5s", at, ok)
+	}
+	if got := o.Lost(15*s + s/2); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v, want [a]", got)
 	}
 }

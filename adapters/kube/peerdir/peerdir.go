@@ -58,6 +58,19 @@ type Publisher struct {
 
 	mu   sync.Mutex
 	last *coordinationv1.Lease // as the last renewal left it: the next is one write
+	// predecessor is the duration the Lease declared when this publisher
+	// first wrote it (the daemon before it on the node; 0: none).
+	predecessor time.Duration
+	wrote       bool
+}
+
+// Predecessor is the lease duration the node's Lease declared before this
+// publisher first renewed it: the terms the daemon it replaced ran on (0:
+// no Lease, none declared, or not renewed yet).
+func (p *Publisher) Predecessor() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.predecessor
 }
 
 var _ ports.NodeLease = (*Publisher)(nil)
@@ -86,7 +99,7 @@ func (p *Publisher) Renew(ctx context.Context) error {
 
 func (p *Publisher) remember(l *coordinationv1.Lease) {
 	p.mu.Lock()
-	p.last = l
+	p.last, p.wrote = l, true
 	p.mu.Unlock()
 }
 
@@ -130,6 +143,13 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	if cur.Spec.HolderIdentity != nil && *cur.Spec.HolderIdentity != holder {
 		return fmt.Errorf("node lease %s/%s is held by %q, not %s: %w", p.namespace, name, *cur.Spec.HolderIdentity, p.node, ports.ErrConflict)
 	}
+	p.mu.Lock()
+	if !p.wrote && cur.Spec.LeaseDurationSeconds != nil && *cur.Spec.LeaseDurationSeconds > 0 {
+		// Recorded before the write: whoever reads the Lease as this
+		// write left it finds the predecessor's terms here.
+		p.predecessor = max(p.predecessor, time.Duration(*cur.Spec.LeaseDurationSeconds)*time.Second)
+	}
+	p.mu.Unlock()
 	if cur.Annotations == nil {
 		cur.Annotations = map[string]string{}
 	}

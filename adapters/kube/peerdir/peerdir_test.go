@@ -139,3 +139,28 @@ func TestALeaseSaysItsDurationRoundedUp(t *testing.T) {
 		t.Fatalf("a lease held 2.5 s reads as held %s, want 3s", got)
 	}
 }
+
+// A publisher remembers the terms its node's Lease declared before it
+// first renewed it: those of the daemon it replaced, not its own.
+func TestAPublisherRemembersItsPredecessorsLeaseDuration(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	old := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
+	old.Duration = 5 * time.Second
+	if err := old.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.Predecessor(); got != 0 {
+		t.Fatalf("a Lease created afresh had a predecessor of %s", got)
+	}
+	next := NewPublisher(client, "ferry-system", "node-a", "10.1.0.6:7443")
+	next.Duration = 3 * time.Second
+	for range 3 {
+		if err := next.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := next.Predecessor(); got != 5*time.Second {
+		t.Fatalf("Predecessor = %s after renewals, want the 5s the Lease said before", got)
+	}
+}
