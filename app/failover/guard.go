@@ -550,6 +550,10 @@ func (g *Guard) AskPromisesOnce(ctx context.Context) {
 				return
 			}
 			g.Promised(liveness.Promise{From: t, Until: sent + span})
+			select { // each promise reaches the check (and the permit) at once, not after the slowest taker's
+			case g.renewed <- struct{}{}:
+			default:
+			}
 		}()
 	}
 	wg.Wait()

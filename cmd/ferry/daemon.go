@@ -232,7 +232,7 @@ func runFailover(lc fx.Lifecycle, o *Options, api *kubeAPI, store ports.Snapshot
 	}
 	clock := failover.MonotonicClock()
 	pub := peerdir.NewPublisher(api.kube, o.Namespace, node, o.PeerAdvertise)
-	pub.Duration = o.LeaseDuration
+	pub.Duration, pub.Margin = o.LeaseDuration, o.LeaseMargin
 	effects := lostnode.New(api.kube, o.DriverName, api.replicas)
 	// A copy taken over here is remounted at once, while the lost node's
 	// pods are rescheduled, not when the new pod's publish comes.

@@ -267,7 +267,10 @@ type Lease struct {
 
 // NewObserver returns the observer of node self (never lost to itself).
 func NewObserver(cfg Config, self replica.Node) *Observer {
-	return &Observer{cfg: cfg, self: self, seen: map[replica.Node]sighting{}, promised: map[replica.Node]time.Duration{}}
+	// Blind until its first read: a daemon that starts may start as the
+	// API server comes back from an outage; the leases it first reads
+	// hold AfterOutage at least.
+	return &Observer{cfg: cfg, self: self, seen: map[replica.Node]sighting{}, promised: map[replica.Node]time.Duration{}, blind: true}
 }
 
 // Read records one successful read of the leases at now: values maps
@@ -354,6 +357,22 @@ func (o *Observer) Inherit(now, duration time.Duration) {
 	o.inherited = max(o.inherited, now+duration+o.cfg.Margin)
 }
 
+// Declared is the lease duration a daemon declares in its node's Lease,
+// given its own and the one the Lease declared before it first wrote it
+// (predecessor), since that first write (wrote: it has written): the
+// longer of the two until the predecessor's terms have surely ended (its
+// promises, given before that write, ran for at most predecessor -
+// Margin and are honoured for 2 Margin more), its own after. So a daemon
+// that replaces this one within that time (a crash right after a rolling
+// update) still reads the earlier terms in the Lease and waits them out
+// (Inherit), however many restarts follow.
+func (c Config) Declared(predecessor time.Duration, wrote bool, since time.Duration) time.Duration {
+	if predecessor > c.Duration && (!wrote || since < predecessor+c.Margin) {
+		return predecessor
+	}
+	return c.Duration
+}
+
 // OutOfService records the nodes an administrator declared shut down
 // (Kubernetes' out-of-service taint), as read with the leases: Lost names
 // them at once, whatever their lease or a promise says. The declaration
@@ -388,7 +407,11 @@ func (o *Observer) Promise(node replica.Node, now time.Duration) (bool, time.Dur
 		// holds a lease for gets nothing (and takes no memory here).
 		return false, 0
 	}
-	if until := now + span + 2*o.cfg.Margin; until > o.promised[node] {
+	// Honoured for AfterOutage at least: a node that asks writes on
+	// promises because it cannot renew, its copies perhaps cut off from
+	// the API server too (a stalled API server replica): their reports of
+	// what they fetched meanwhile need that long once it answers again.
+	if until := max(now+span+2*o.cfg.Margin, now+AfterOutage+o.cfg.Margin); until > o.promised[node] {
 		o.promised[node] = until
 	}
 	return true, span

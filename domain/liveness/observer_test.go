@@ -202,6 +202,7 @@ func TestAResumeSinceTheVerdictAndAPromiseAfterItAreRefused(t *testing.T) {
 func TestANodeDeclaringALongerLeaseIsTakenForLostOnlyAfterItsOwnDuration(t *testing.T) {
 	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
+	o.ReadDeclared(0, 0, nil) // its first read, as after an outage, saw nobody
 	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}, "c": {Value: "1", Duration: 2 * s}})
 	if got := o.Lost(5*s + s/2 - 1); slices.Contains(got, "a") {
 		t.Fatalf("a, which holds its lease for 5 s, taken for lost at %v: before its own duration + margin", 5*s+s/2-1)
@@ -298,5 +299,61 @@ func TestANewDaemonWaitsOutThePromisesItsPredecessorMayHaveGiven(t *testing.T) {
 	}
 	if got := o.Lost(15*s + s/2); !slices.Equal(got, []replica.Node{"a"}) {
 		t.Fatalf("lost %v, want [a]", got)
+	}
+}
+
+// An observer just started may be starting as the API server comes back
+// from an outage: the leases of its first read hold AfterOutage at least,
+// as after any blind spell.
+func TestAFreshObserversFirstReadCountsAsAfterAnOutage(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.Read(0, leases("a", "1"))
+	if got := o.Lost(AfterOutage + s/2 - 1); len(got) != 0 {
+		t.Fatalf("lost %v before AfterOutage + margin after the first read", got)
+	}
+	if got := o.Lost(AfterOutage + s/2); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v, want [a]", got)
+	}
+}
+
+// A promise is honoured for AfterOutage at least: the asking node's
+// copies may be cut off from the API server as it is (a stalled replica
+// of it) and report what they fetched only once it answers again.
+func TestAPromiseIsHonouredLongEnoughForTheReportsOfAnOutage(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.ReadDeclared(0, 0, nil)
+	o.Read(0, leases("a", "1"))
+	if ok, span := o.Promise("a", 2*s); !ok || span != short.Duration-short.Margin {
+		t.Fatalf("Promise = %v, %v", ok, span)
+	}
+	if got := o.Lost(2*s + AfterOutage + s/2 - 1); len(got) != 0 {
+		t.Fatalf("lost %v before AfterOutage + margin after the promise", got)
+	}
+	if got := o.Lost(2*s + AfterOutage + s/2); !slices.Equal(got, []replica.Node{"a"}) {
+		t.Fatalf("lost %v, want [a]", got)
+	}
+}
+
+// A daemon declares the longer terms of the one it replaced until they
+// surely ended, so a daemon replacing it in turn still finds them.
+func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	for _, c := range []struct {
+		pred  time.Duration
+		wrote bool
+		since time.Duration
+		want  time.Duration
+	}{
+		{5 * s, false, 0, 5 * s},            // before its first write
+		{5 * s, true, 5*s + s/2 - 1, 5 * s}, // the predecessor's promises may still run
+		{5 * s, true, 5*s + s/2, 3 * s},     // they ended
+		{2 * s, false, 0, 3 * s},            // a shorter predecessor: its own
+		{0, false, 0, 3 * s},                // none
+	} {
+		if got := short.Declared(c.pred, c.wrote, c.since); got != c.want {
+			t.Errorf("Declared(%s, %v, %s) = %s, want %s", c.pred, c.wrote, c.since, got, c.want)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/ports"
 )
@@ -55,6 +56,9 @@ type Publisher struct {
 	// Duration is the Lease's duration; renewals come every third of it
 	// (Run), or as the caller of Renew decides.
 	Duration time.Duration
+	// Margin is the lease's margin (liveness.Config.Margin): with
+	// Duration, what the Lease declares (liveness.Config.Declared).
+	Margin time.Duration
 
 	mu   sync.Mutex
 	last *coordinationv1.Lease // as the last renewal left it: the next is one write
@@ -62,6 +66,7 @@ type Publisher struct {
 	// first wrote it (the daemon before it on the node; 0: none).
 	predecessor time.Duration
 	wrote       bool
+	firstWrite  time.Time
 }
 
 // Predecessor is the lease duration the node's Lease declared before this
@@ -99,6 +104,9 @@ func (p *Publisher) Renew(ctx context.Context) error {
 
 func (p *Publisher) remember(l *coordinationv1.Lease) {
 	p.mu.Lock()
+	if !p.wrote {
+		p.firstWrite = time.Now()
+	}
 	p.last, p.wrote = l, true
 	p.mu.Unlock()
 }
@@ -108,7 +116,14 @@ func (p *Publisher) remember(l *coordinationv1.Lease) {
 // (liveness.Observer.ReadDeclared), so it must never say less than it
 // holds.
 func (p *Publisher) durationSeconds() int32 {
-	return int32((p.Duration + time.Second - 1) / time.Second)
+	p.mu.Lock()
+	var since time.Duration
+	if p.wrote {
+		since = time.Since(p.firstWrite)
+	}
+	d := liveness.Config{Duration: p.Duration, Margin: p.Margin}.Declared(p.predecessor, p.wrote, since)
+	p.mu.Unlock()
+	return int32((d + time.Second - 1) / time.Second)
 }
 
 // NewPublisher returns the publisher of node's address in namespace.
@@ -150,6 +165,7 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		p.predecessor = max(p.predecessor, time.Duration(*cur.Spec.LeaseDurationSeconds)*time.Second)
 	}
 	p.mu.Unlock()
+	secs = p.durationSeconds() // the predecessor's terms, now known, count
 	if cur.Annotations == nil {
 		cur.Annotations = map[string]string{}
 	}

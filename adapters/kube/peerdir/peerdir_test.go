@@ -164,3 +164,36 @@ func TestAPublisherRemembersItsPredecessorsLeaseDuration(t *testing.T) {
 		t.Fatalf("Predecessor = %s after renewals, want the 5s the Lease said before", got)
 	}
 }
+
+// A daemon that replaced one with longer terms declares them in the
+// Lease from its first write on, until they surely ended: a daemon that
+// replaces it in turn (a crash right after the update) still finds them.
+func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	old := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
+	old.Duration, old.Margin = 5*time.Second, 500*time.Millisecond
+	if err := old.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := NewPublisher(client, "ferry-system", "node-a", "10.1.0.6:7443")
+	next.Duration, next.Margin = 3*time.Second, 500*time.Millisecond
+	if err := next.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := NewLeases(client, "ferry-system").Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recs["node-a"].Duration; got != 5*time.Second {
+		t.Fatalf("right after the update the Lease declares %s, want the predecessor's 5s", got)
+	}
+	third := NewPublisher(client, "ferry-system", "node-a", "10.1.0.7:7443")
+	third.Duration, third.Margin = 3*time.Second, 500*time.Millisecond
+	if err := third.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := third.Predecessor(); got != 5*time.Second {
+		t.Fatalf("a second replacement finds %s, want the first daemon's 5s", got)
+	}
+}
