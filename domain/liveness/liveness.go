@@ -351,10 +351,11 @@ const AfterOutage = 5 * time.Second
 // duration (its Lease said so before this one renewed it) and may have
 // promised other nodes, on those terms, not to take them over: promises
 // kept in its memory only, which ran for at most duration - Margin from
-// before now, and which it honoured for 2 Margin more. Nobody is taken
-// for lost before they all ended.
+// before now, and which it honoured for 2 Margin more, or for AfterOutage
+// and a Margin, the longer (Promise). Nobody is taken for lost before
+// they all ended.
 func (o *Observer) Inherit(now, duration time.Duration) {
-	o.inherited = max(o.inherited, now+duration+o.cfg.Margin)
+	o.inherited = max(o.inherited, now+max(duration, AfterOutage)+o.cfg.Margin)
 }
 
 // Declared is the lease duration a daemon declares in its node's Lease,

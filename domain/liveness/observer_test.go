@@ -357,3 +357,17 @@ func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
 		}
 	}
 }
+
+// The promises a daemon's predecessor gave are honoured for AfterOutage
+// at least, as its own are: a lease that appears only after the first
+// read (missed by the blind start's hold) is still held that long.
+func TestInheritedPromisesAreHonouredForAfterOutageToo(t *testing.T) {
+	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+	o := NewObserver(short, "b")
+	o.Read(10*s, leases("b", "1"))
+	o.Inherit(10*s, 3*s)
+	o.Read(10*s+s/5, leases("a", "1", "b", "2")) // a's lease, first seen after the first read
+	if got := o.Lost(10*s + AfterOutage + s/2 - 1); len(got) != 0 {
+		t.Fatalf("lost %v while a promise of the daemon before may still be honoured", got)
+	}
+}

@@ -128,7 +128,7 @@ func (p *Publisher) durationSeconds() int32 {
 
 // NewPublisher returns the publisher of node's address in namespace.
 func NewPublisher(client kubernetes.Interface, namespace string, node replica.Node, address string) *Publisher {
-	return &Publisher{client: client, namespace: namespace, node: node, address: address, Duration: 40 * time.Second}
+	return &Publisher{client: client, namespace: namespace, node: node, address: address, Duration: 40 * time.Second, Margin: 500 * time.Millisecond}
 }
 
 // Publish creates or renews the Lease once, with the current address.
