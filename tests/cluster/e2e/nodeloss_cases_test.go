@@ -33,7 +33,7 @@ type leaseTimes struct {
 
 func leaseFlags(t *testing.T) leaseTimes {
 	t.Helper()
-	lt := leaseTimes{Renew: time.Second, Duration: 5 * time.Second, Margin: 500 * time.Millisecond}
+	lt := leaseTimes{Renew: time.Second, Duration: 3 * time.Second, Margin: 500 * time.Millisecond}
 	out := must(t, "", "-n", "ferry-system", "get", "daemonset", "ferry-node", "-o", `jsonpath={.spec.template.spec.containers[?(@.name=="ferry")].args}`)
 	var args []string
 	if err := json.Unmarshal([]byte(out), &args); err != nil {
