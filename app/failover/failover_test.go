@@ -886,3 +886,35 @@ func TestAStalledRenewalHasThePromisesAskedBesideIt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Each promise reaches the guard's check as it comes, not once the
+// slowest taker answered: the check (and the permit the watchdogs read)
+// learns of a promise while another taker is still being asked.
+func TestEachPromiseWakesTheCheckAsItComes(t *testing.T) {
+	ctrl := gomock.NewController(t)
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "rep"}}, nil).AnyTimes()
+	vols := NewVolumes()
+	vols.Saw(primaryState("rep", "a", "b", "c"))
+	slow := make(chan struct{})
+	g := NewGuard(Config{Node: "a", Lease: timing, Lag: 1}, clock.read, mocks.NewMockNodeLease(ctrl), vols, NewTakers("a", nil, zap.NewNop()), store,
+		mocks.NewMockMountTable(ctrl), mocks.NewMockFencer(ctrl), nil, nopEvents{}, zap.NewNop(),
+		WithPromises(askerFunc(func(node, _ replica.Node) (bool, time.Duration, error) {
+			if node == "c" {
+				<-slow
+			}
+			return true, 4500 * time.Millisecond, nil
+		})))
+	asked := make(chan struct{})
+	go func() { g.AskPromisesOnce(context.Background()); close(asked) }()
+	select {
+	case <-g.renewed:
+	case <-asked:
+		t.Fatal("the round ended before c answered")
+	case <-time.After(10 * time.Second): // a failure's bound only
+		t.Fatal("b's promise did not wake the check while c was still asked")
+	}
+	close(slow)
+	<-asked
+}
