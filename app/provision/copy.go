@@ -157,6 +157,9 @@ func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID stri
 	}
 	defer unlock()
 	info, err := c.store.GetVolume(ctx, src)
+	if errors.Is(err, ports.ErrNotFound) {
+		return c.copyFromPeerCopy(ctx, t, src, err)
+	}
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
@@ -178,6 +181,50 @@ func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID stri
 		}
 	}()
 	return c.copy(ctx, t, ports.SendRequest{Volume: src, To: tmp})
+}
+
+// copyFromPeerCopy clones a replicated volume this node holds no copy of
+// from the copy holding its newest snapshot (placement.CloneSource),
+// fetched whole over the peer stream as a restore from a peer is: the
+// clone is the volume as of that snapshot (its final one once no pod
+// writes it; at most a snapshot interval behind while one does). Nothing
+// is written on the peer. A volume of one copy, held on another node, is
+// still not found here (notHere).
+func (c *Service) copyFromPeerCopy(ctx context.Context, t newVolume, src volume.ID, notHere error) (ports.VolumeInfo, error) {
+	if c.peers.Transport == nil || c.repl.Cluster == nil {
+		return ports.VolumeInfo{}, notHere
+	}
+	st, err := c.repl.Cluster.Get(ctx, src)
+	if errors.Is(err, ports.ErrNotFound) {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s is not on this node, and has no other copy to clone from (a volume of one copy is cloned on its node): %w", src, ports.ErrNotFound)
+	}
+	if err != nil {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: its copies: %w", src, err)
+	}
+	from, snap, ok := placement.CloneSource(st, c.cfg.Node)
+	if !ok {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: no copy holds a snapshot of it yet: %w", src, ports.ErrUnavailable)
+	}
+	t.size = sizeForCopy(t.size, t.sizeUnset, st.CapacityBytes)
+	if st.CapacityBytes > t.size {
+		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, st.CapacityBytes, t.size)
+	}
+	req := ports.SendRequest{Volume: src, To: replica.SnapshotName(snap), Accept: c.pool.StreamFeatures()}
+	c.log.Info("cloning a volume from a peer's copy", zap.String("source", string(src)), zap.String("snapshot", req.To), zap.String("peer", string(from)),
+		zap.String("volume", string(t.id)))
+	start := time.Now()
+	// Not bound to the call, as a restore from a peer (copyFromSnapshot).
+	info, err := c.receiveCopy(context.WithoutCancel(ctx), t, req, func(ctx context.Context) (io.ReadCloser, error) {
+		return c.peers.Transport.Fetch(ctx, from, req)
+	}, snap.GUID)
+	if err != nil {
+		c.log.Warn("cloning a volume from a peer's copy failed", zap.String("source", string(src)), zap.String("peer", string(from)),
+			zap.String("volume", string(t.id)), zap.Error(err))
+		return info, err
+	}
+	c.log.Info("volume cloned from a peer's copy", zap.String("source", string(src)), zap.String("snapshot", req.To), zap.String("peer", string(from)),
+		zap.String("volume", string(t.id)), zap.Duration("took", time.Since(start)))
+	return info, nil
 }
 
 // sizeForCopy: a copy requested without a capacity range is as large as

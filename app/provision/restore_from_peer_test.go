@@ -298,3 +298,57 @@ func TestARestoreRefusesAStreamOfAnotherSnapshotThanTheOneListed(t *testing.T) {
 		t.Fatalf("the refused stream's volume is left: %v", err)
 	}
 }
+
+// A clone scheduled to a node without a copy of its replicated source is
+// made of the newest snapshot of the copy holding it, fetched whole over
+// the peer stream: the source as of that snapshot, nothing written after
+// it, nothing written on the peer.
+func TestACloneOnANodeWithoutACopyOfItsSourceIsFetchedFromTheNewestCopy(t *testing.T) {
+	p := newPeerRestore(t)
+	taken, err := p.n2.CreateSnapshot(ctx, "src", replica.SnapshotName(replica.Snap{Number: 4, Epoch: 2}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(p.srcPath, "later"), "written after the replication snapshot")
+	if _, err := p.states.Create(ctx, replica.State{Volume: "src", ReplicationFactor: 2, Epoch: 2, Primary: "node-2", CapacityBytes: volume.MiB,
+		Replicas: []replica.Replica{{Node: "node-2", Active: true, Snapshot: 4, SnapshotEpoch: 2, SnapshotGUID: taken.GUID}, {Node: "node-3"}}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := p.n2.ListSnapshots(ctx, "src")
+	v, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "clone", Capabilities: rw, SourceVolumeID: "src",
+		Parameters: map[string]string{"compression": "on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Node != "node-1" || v.SourceVolumeID != "src" || v.CapacityBytes < volume.MiB {
+		t.Fatalf("clone %+v: want it on node-1, of the source's 1 MiB at least, from src", v)
+	}
+	if want := []replica.Node{"node-2"}; !slices.Equal(p.net.fetched, want) {
+		t.Fatalf("fetched from %v, want %v (the copy holding the newest snapshot)", p.net.fetched, want)
+	}
+	info, err := p.n1.GetVolume(ctx, "clone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"before": "in the snapshot", "after": "not in the snapshot"} {
+		if b, err := os.ReadFile(filepath.Join(info.MountPath, f)); err != nil || string(b) != want {
+			t.Fatalf("clone's %s: %q, %v; want %q", f, b, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(info.MountPath, "later")); !os.IsNotExist(err) {
+		t.Fatalf("a file written after the replication snapshot is in the clone: %v", err)
+	}
+	if info.Properties["compression"] != "on" || info.Metadata[ports.MetaName] != "clone" {
+		t.Fatalf("clone %+v: want the class's properties and its name", info)
+	}
+	if snaps, _ := p.n1.ListSnapshots(ctx, "clone"); len(snaps) != 0 {
+		t.Fatalf("the clone keeps snapshots %v", snaps)
+	}
+	if after, _ := p.n2.ListSnapshots(ctx, "src"); len(after) != len(before) {
+		t.Fatalf("the peer's snapshots changed from %v to %v: a clone writes nothing there", before, after)
+	}
+	// A source with no other copy stays not found here.
+	if _, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "clone2", Capabilities: rw, SourceVolumeID: "elsewhere"}); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a clone of a volume with no copy anywhere known: %v, want not found", err)
+	}
+}

@@ -31,3 +31,17 @@ func SnapshotSources(self replica.Node, copies, nodes []replica.Node) []replica.
 	slices.Sort(rest)
 	return append(first, rest...)
 }
+
+// CloneSource is where a node without a copy of a replicated volume clones
+// it from: the copy holding the volume's newest snapshot (never one on a
+// fenced branch), and that snapshot, which the clone is made of: the
+// volume as of its last snapshot (its final one, once no pod writes it),
+// fetched whole over the peer stream. False when no copy other than self
+// holds a snapshot yet.
+func CloneSource(s replica.State, self replica.Node) (replica.Node, replica.Snap, bool) {
+	r, ok := s.NewestReplica()
+	if !ok || r.Node == self {
+		return "", replica.Snap{}, false
+	}
+	return r.Node, r.Holds(), true
+}

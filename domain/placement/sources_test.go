@@ -27,3 +27,18 @@ func TestSnapshotSourcesAskTheVolumesCopiesFirstThenEveryOtherNodeOnceNeverSelf(
 		})
 	}
 }
+
+func TestACloneIsMadeOfTheNewestSnapshotOfTheCopyHoldingIt(t *testing.T) {
+	s := replica.State{Volume: "v", ReplicationFactor: 3, Epoch: 4, Primary: "b", Replicas: []replica.Replica{
+		{Node: "a", Snapshot: 12, SnapshotEpoch: 3, SnapshotGUID: 9, Forked: replica.Fork{Epoch: 4, At: replica.Snap{Number: 7, Epoch: 3}}}, // a fenced branch
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 4, SnapshotGUID: 80, Active: true},
+		{Node: "c", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 70},
+	}}
+	n, snap, ok := CloneSource(s, "d")
+	if !ok || n != "b" || snap != (replica.Snap{Number: 8, Epoch: 4, GUID: 80}) {
+		t.Fatalf("CloneSource = %s, %+v, %v; want b's ferry-4-8", n, snap, ok)
+	}
+	if _, _, ok := CloneSource(replica.State{Replicas: []replica.Replica{{Node: "a"}}}, "d"); ok {
+		t.Error("a clone source named where no copy holds a snapshot")
+	}
+}

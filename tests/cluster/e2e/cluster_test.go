@@ -310,3 +310,54 @@ func saveFailure(t *testing.T, ns, dump string) {
 	}
 	t.Logf("the failure's pods, events and Ferry's logs: %s", f)
 }
+
+// A clone of a replicated claim whose pod the scheduler puts on a node
+// holding no copy of the source is fetched from the copy holding the
+// source's newest snapshot (its final one, the writer gone), over the
+// peer stream: the clone reads what the writer wrote, and only the clone
+// comes to that node.
+func TestAReplicatedClaimClonesOnANodeWithoutACopy(t *testing.T) {
+	ns := namespace(t)
+	must(t, strings.Replace(pvcYAML("src", "64Mi", ""), "storageClassName: ferry", "storageClassName: ferry-rf2", 1), "-n", ns, "apply", "-f", "-")
+	runPod(t, ns, "writer", "src", "")
+	sum := writeRandom(t, ns, "writer", "blob", 2048)
+	vol := volumeOf(t, ns, "src")
+	waitReady(t, vol)
+	deletePod(t, ns, "writer") // its unpublish takes the final snapshot
+	rv, err := getRV(t, vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := map[string]bool{}
+	for _, r := range rv.Status.Replicas {
+		holds[r.Node] = true
+	}
+	far := ""
+	for _, n := range []string{"node1", "node2", "node3"} {
+		if !holds[n] {
+			far = n
+			break
+		}
+	}
+	if far == "" {
+		t.Fatalf("every node holds a copy of %s (%v): no node to clone onto without one", vol, rv.Status.Replicas)
+	}
+	must(t, `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: clone}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ferry-rf2
+  resources: {requests: {storage: 64Mi}}
+  dataSource: {kind: PersistentVolumeClaim, name: src}
+`, "-n", ns, "apply", "-f", "-")
+	if got := runPod(t, ns, "far-reader", "clone", far); got != far {
+		t.Fatalf("the clone's pod runs on %s, want %s", got, far)
+	}
+	if got := checksum(t, ns, "far-reader", "blob"); got != sum {
+		t.Fatalf("the clone on %s reads %s, the writer wrote %s", far, got, sum)
+	}
+	if datasetExists(t, far, vol) {
+		t.Fatalf("the source volume %s appeared on %s: the clone should bring only its own data", vol, far)
+	}
+}
