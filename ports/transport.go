@@ -22,14 +22,20 @@ type Transport interface {
 	Fetch(ctx context.Context, node replica.Node, req SendRequest) (io.ReadCloser, error)
 }
 
-// SnapshotPeers finds and fetches the CSI snapshots other nodes hold: a
-// restore scheduled to a node whose pool lacks its snapshot.
+// SnapshotPeers finds and fetches the snapshots other nodes hold: a
+// restore scheduled to a node whose pool lacks its snapshot (CSI
+// snapshots), a clone to a node without a copy of its source (replication
+// snapshots).
 type SnapshotPeers interface {
+	// Snapshots is Transport.Snapshots: the replication snapshots the
+	// peer on node holds of a volume.
+	Snapshots(ctx context.Context, node replica.Node, id volume.ID) ([]SnapshotInfo, error)
 	// CSISnapshots lists the CSI snapshots the peer on node holds of a
 	// volume, with Transport.Snapshots's errors (none from a peer of a
 	// release before them).
 	CSISnapshots(ctx context.Context, node replica.Node, id volume.ID) ([]SnapshotInfo, error)
 	// Fetch is Transport.Fetch: req.To a CSI snapshot's name in the store
-	// (volume.SnapshotRef.StoreName), sent whole (no From, no token).
+	// (volume.SnapshotRef.StoreName) or a replication snapshot's, sent
+	// whole (no From, no token).
 	Fetch(ctx context.Context, node replica.Node, req SendRequest) (io.ReadCloser, error)
 }

@@ -151,15 +151,16 @@ func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID stri
 		// A volume cannot be its own source: it does not exist yet.
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
 	}
+	if _, err := c.store.GetVolume(ctx, src); errors.Is(err, ports.ErrNotFound) {
+		// No copy here: nothing of this node's to lock.
+		return c.copyFromPeerCopy(ctx, t, src, err)
+	}
 	unlock, ok := c.locks.TryLock("volume/" + string(src))
 	if !ok {
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, refusal.ErrPending)
 	}
 	defer unlock()
 	info, err := c.store.GetVolume(ctx, src)
-	if errors.Is(err, ports.ErrNotFound) {
-		return c.copyFromPeerCopy(ctx, t, src, err)
-	}
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
@@ -184,12 +185,15 @@ func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID stri
 }
 
 // copyFromPeerCopy clones a replicated volume this node holds no copy of
-// from the copy holding its newest snapshot (placement.CloneSource),
-// fetched whole over the peer stream as a restore from a peer is: the
-// clone is the volume as of that snapshot (its final one once no pod
-// writes it; at most a snapshot interval behind while one does). Nothing
-// is written on the peer. A volume of one copy, held on another node, is
-// still not found here (notHere).
+// from a copy holding its newest snapshot (placement.CloneSources, tried
+// in order; each asked first whether it still lists that snapshot, with
+// the GUID recorded), fetched whole over the peer stream as a restore from
+// a peer is: the clone is the volume as of that snapshot (its final one
+// once no pod writes it; at most a snapshot interval behind while one
+// does). Nothing is written on the peer. A volume of one copy, held on
+// another node, is still not found here (notHere). No copy answering, or
+// the snapshot pruned meanwhile (a newer one taken): Unavailable, and the
+// provisioner retries on the volume's state as it is then.
 func (c *Service) copyFromPeerCopy(ctx context.Context, t newVolume, src volume.ID, notHere error) (ports.VolumeInfo, error) {
 	if c.peers.Transport == nil || c.repl.Cluster == nil {
 		return ports.VolumeInfo{}, notHere
@@ -201,21 +205,54 @@ func (c *Service) copyFromPeerCopy(ctx context.Context, t newVolume, src volume.
 	if err != nil {
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: its copies: %w", src, err)
 	}
-	from, snap, ok := placement.CloneSource(st, c.cfg.Node)
-	if !ok {
-		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: no copy holds a snapshot of it yet: %w", src, ports.ErrUnavailable)
+	snap, sources := placement.CloneSources(st, c.cfg.Node)
+	if len(sources) == 0 {
+		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: no other copy holds a snapshot to clone from now (none yet, a copy not yet heard from, or the volume being deleted): %w", src, ports.ErrUnavailable)
 	}
-	t.size = sizeForCopy(t.size, t.sizeUnset, st.CapacityBytes)
-	if st.CapacityBytes > t.size {
-		return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, st.CapacityBytes, t.size)
+	name := replica.SnapshotName(snap)
+	var said []string
+	for _, from := range sources {
+		lctx, cancel := context.WithTimeout(ctx, peerListTimeout)
+		list, err := c.peers.Transport.Snapshots(lctx, from, src)
+		cancel()
+		if err != nil {
+			said = append(said, fmt.Sprintf("%s: %v", from, err))
+			continue
+		}
+		size := int64(-1)
+		for _, l := range list {
+			if l.Name == name && l.GUID == snap.GUID {
+				size = l.SizeBytes
+			}
+		}
+		if size < 0 {
+			said = append(said, fmt.Sprintf("%s: no longer lists %s", from, name))
+			continue
+		}
+		t.size = sizeForCopy(t.size, t.sizeUnset, max(st.CapacityBytes, size))
+		if need := max(st.CapacityBytes, size); need > t.size {
+			return ports.VolumeInfo{}, fmt.Errorf("%w: source volume %s has %d bytes, more than the %d requested", volume.ErrOutOfRange, src, need, t.size)
+		}
+		return c.fetchClone(ctx, t, src, from, snap)
 	}
+	return ports.VolumeInfo{}, fmt.Errorf("source volume %s: no copy to clone %s from answered (%s): %w", src, name, strings.Join(said, "; "), ports.ErrUnavailable)
+}
+
+// fetchClone receives snap of src from node from as the clone t.
+func (c *Service) fetchClone(ctx context.Context, t newVolume, src volume.ID, from replica.Node, snap replica.Snap) (ports.VolumeInfo, error) {
 	req := ports.SendRequest{Volume: src, To: replica.SnapshotName(snap), Accept: c.pool.StreamFeatures()}
 	c.log.Info("cloning a volume from a peer's copy", zap.String("source", string(src)), zap.String("snapshot", req.To), zap.String("peer", string(from)),
 		zap.String("volume", string(t.id)))
 	start := time.Now()
 	// Not bound to the call, as a restore from a peer (copyFromSnapshot).
 	info, err := c.receiveCopy(context.WithoutCancel(ctx), t, req, func(ctx context.Context) (io.ReadCloser, error) {
-		return c.peers.Transport.Fetch(ctx, from, req)
+		r, err := c.peers.Transport.Fetch(ctx, from, req)
+		if errors.Is(err, ports.ErrNotFound) {
+			// Pruned since it was listed (a newer one taken): the next
+			// attempt clones the newer.
+			err = fmt.Errorf("snapshot %s of %s, gone from %s since it was listed: %w", req.To, src, from, ports.ErrUnavailable)
+		}
+		return r, err
 	}, snap.GUID)
 	if err != nil {
 		c.log.Warn("cloning a volume from a peer's copy failed", zap.String("source", string(src)), zap.String("peer", string(from)),

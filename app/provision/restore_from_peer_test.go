@@ -352,3 +352,57 @@ func TestACloneOnANodeWithoutACopyOfItsSourceIsFetchedFromTheNewestCopy(t *testi
 		t.Fatalf("a clone of a volume with no copy anywhere known: %v, want not found", err)
 	}
 }
+
+// The copy holding the newest snapshot first does not answer: the clone
+// comes from another copy holding the very same snapshot. Then, the
+// snapshot pruned from every copy (a newer one taken since the state was
+// read): Unavailable, retried on the state as it is then.
+func TestACloneFallsBackToAnotherCopyOfTheSameSnapshotAndWaitsForAPrunedOne(t *testing.T) {
+	p := newPeerRestore(t)
+	name := replica.SnapshotName(replica.Snap{Number: 4, Epoch: 2})
+	taken, err := p.n2.CreateSnapshot(ctx, "src", name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := p.n2.Send(ctx, ports.SendRequest{Volume: "src", To: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.n3.Receive(ctx, "src", stream); err != nil {
+		t.Fatal(err)
+	}
+	stream.Close()
+	if _, err := p.states.Create(ctx, replica.State{Volume: "src", ReplicationFactor: 2, Epoch: 2, Primary: "node-2", CapacityBytes: volume.MiB,
+		Replicas: []replica.Replica{
+			{Node: "node-2", Active: true, Snapshot: 4, SnapshotEpoch: 2, SnapshotGUID: taken.GUID},
+			{Node: "node-3", Snapshot: 4, SnapshotEpoch: 2, SnapshotGUID: taken.GUID}}}); err != nil {
+		t.Fatal(err)
+	}
+	p.net.Cut("node-2")
+	if _, err := p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "clone", Capabilities: rw, SourceVolumeID: "src"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []replica.Node{"node-3"}; !slices.Equal(p.net.fetched, want) {
+		t.Fatalf("fetched from %v, want %v (node-2 cut off)", p.net.fetched, want)
+	}
+	info, err := p.n1.GetVolume(ctx, "clone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(info.MountPath, "before")); err != nil || string(b) != "in the snapshot" {
+		t.Fatalf("clone's file: %q, %v", b, err)
+	}
+	p.net.Heal("node-2")
+	for _, s := range []*memstore.Store{p.n2, p.n3} {
+		if err := s.DestroySnapshot(ctx, "src", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = p.restorer.CreateVolume(ctx, provision.CreateVolumeRequest{Name: "clone2", Capabilities: rw, SourceVolumeID: "src"})
+	if !errors.Is(err, ports.ErrUnavailable) {
+		t.Fatalf("a clone of a snapshot pruned everywhere: %v, want unavailable (retried)", err)
+	}
+	if _, err := p.n1.GetVolume(ctx, "clone2"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a failed clone left a volume: %v", err)
+	}
+}

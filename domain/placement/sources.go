@@ -32,16 +32,34 @@ func SnapshotSources(self replica.Node, copies, nodes []replica.Node) []replica.
 	return append(first, rest...)
 }
 
-// CloneSource is where a node without a copy of a replicated volume clones
-// it from: the copy holding the volume's newest snapshot (never one on a
-// fenced branch), and that snapshot, which the clone is made of: the
-// volume as of its last snapshot (its final one, once no pod writes it),
-// fetched whole over the peer stream. False when no copy other than self
-// holds a snapshot yet.
-func CloneSource(s replica.State, self replica.Node) (replica.Node, replica.Snap, bool) {
-	r, ok := s.NewestReplica()
-	if !ok || r.Node == self {
-		return "", replica.Snap{}, false
+// CloneSources is where a node without a copy of a replicated volume
+// clones it from, in the order to try: the snapshot the clone is made of
+// (the volume's newest, its final one once no pod writes it) and every
+// copy other than self that holds exactly it, the newest replica's first,
+// then by name. Never a copy on a fenced branch, nor a snapshot of a
+// history a takeover gave up; nothing while the state is rebuilt from the
+// copies (some have not said what they hold) or the volume is deleted.
+// Empty when no other copy holds a snapshot yet.
+func CloneSources(s replica.State, self replica.Node) (replica.Snap, []replica.Node) {
+	if s.Deleting || len(s.Awaiting) > 0 {
+		return replica.Snap{}, nil
 	}
-	return r.Node, r.Holds(), true
+	newest, ok := s.NewestReplica()
+	if !ok || s.Fenced(newest.Holds()) {
+		return replica.Snap{}, nil
+	}
+	snap := newest.Holds()
+	var out []replica.Node
+	if newest.Node != self {
+		out = append(out, newest.Node)
+	}
+	for _, r := range s.Replicas { // sorted by node
+		if r.Node != self && r.Node != newest.Node && !r.OnFencedBranch() && r.Holds() == snap {
+			out = append(out, r.Node)
+		}
+	}
+	if len(out) == 0 {
+		return replica.Snap{}, nil
+	}
+	return snap, out
 }

@@ -28,17 +28,36 @@ func TestSnapshotSourcesAskTheVolumesCopiesFirstThenEveryOtherNodeOnceNeverSelf(
 	}
 }
 
-func TestACloneIsMadeOfTheNewestSnapshotOfTheCopyHoldingIt(t *testing.T) {
-	s := replica.State{Volume: "v", ReplicationFactor: 3, Epoch: 4, Primary: "b", Replicas: []replica.Replica{
+func TestACloneIsMadeOfTheNewestSnapshotFromEveryCopyHoldingIt(t *testing.T) {
+	s := replica.State{Volume: "v", ReplicationFactor: 4, Epoch: 4, Primary: "c", Replicas: []replica.Replica{
 		{Node: "a", Snapshot: 12, SnapshotEpoch: 3, SnapshotGUID: 9, Forked: replica.Fork{Epoch: 4, At: replica.Snap{Number: 7, Epoch: 3}}}, // a fenced branch
-		{Node: "b", Snapshot: 8, SnapshotEpoch: 4, SnapshotGUID: 80, Active: true},
-		{Node: "c", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 70},
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 4, SnapshotGUID: 80},
+		{Node: "c", Snapshot: 8, SnapshotEpoch: 4, SnapshotGUID: 80, Active: true},
+		{Node: "d", Snapshot: 7, SnapshotEpoch: 4, SnapshotGUID: 70},
 	}}
-	n, snap, ok := CloneSource(s, "d")
-	if !ok || n != "b" || snap != (replica.Snap{Number: 8, Epoch: 4, GUID: 80}) {
-		t.Fatalf("CloneSource = %s, %+v, %v; want b's ferry-4-8", n, snap, ok)
+	snap, from := CloneSources(s, "e")
+	if snap != (replica.Snap{Number: 8, Epoch: 4, GUID: 80}) || !slices.Equal(from, []replica.Node{"b", "c"}) {
+		t.Fatalf("CloneSources = %+v, %v; want ferry-4-8 from b, then c", snap, from)
 	}
-	if _, _, ok := CloneSource(replica.State{Replicas: []replica.Replica{{Node: "a"}}}, "d"); ok {
-		t.Error("a clone source named where no copy holds a snapshot")
+	if _, from := CloneSources(s, "b"); !slices.Equal(from, []replica.Node{"c"}) {
+		t.Fatalf("from b itself: %v, want [c]", from)
+	}
+	// A snapshot of a history a takeover gave up (newer than the primary's
+	// in an earlier epoch) is never cloned.
+	given := replica.State{Volume: "v", ReplicationFactor: 2, Epoch: 3, Primary: "b", Replicas: []replica.Replica{
+		{Node: "b", Snapshot: 8, SnapshotEpoch: 2, Active: true},
+		{Node: "c", Snapshot: 9, SnapshotEpoch: 2},
+	}}
+	if _, from := CloneSources(given, "e"); len(from) != 0 {
+		t.Errorf("a given-up snapshot offered to clone from %v", from)
+	}
+	for name, st := range map[string]replica.State{
+		"no snapshot yet":   {Replicas: []replica.Replica{{Node: "a"}}},
+		"rebuilt, awaiting": {Epoch: 4, Primary: "c", Replicas: s.Replicas, Awaiting: []replica.Node{"d"}},
+		"deleting":          {Epoch: 4, Primary: "c", Replicas: s.Replicas, Deleting: true},
+	} {
+		if _, from := CloneSources(st, "e"); len(from) != 0 {
+			t.Errorf("%s: clone sources %v", name, from)
+		}
 	}
 }

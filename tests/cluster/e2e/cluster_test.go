@@ -324,24 +324,33 @@ func TestAReplicatedClaimClonesOnANodeWithoutACopy(t *testing.T) {
 	vol := volumeOf(t, ns, "src")
 	waitReady(t, vol)
 	deletePod(t, ns, "writer") // its unpublish takes the final snapshot
-	rv, err := getRV(t, vol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	holds := map[string]bool{}
-	for _, r := range rv.Status.Replicas {
-		holds[r.Node] = true
-	}
+	// The far node: one with no copy and no replica pod of the volume, once
+	// its copies have settled after the release (the ReplicaSet may add a
+	// pod for a moment while the primary's joins it).
 	far := ""
-	for _, n := range []string{"node1", "node2", "node3"} {
-		if !holds[n] {
-			far = n
-			break
+	eventually(t, "a node without a copy or a replica pod of the volume, the copies settled", 120*time.Second, func() (bool, string) {
+		rv, err := getRV(t, vol)
+		if err != nil || len(rv.Status.Replicas) != 2 {
+			return false, fmt.Sprintf("%+v %v", rv.Status, err)
 		}
-	}
-	if far == "" {
-		t.Fatalf("every node holds a copy of %s (%v): no node to clone onto without one", vol, rv.Status.Replicas)
-	}
+		busy := map[string]bool{}
+		for _, r := range rv.Status.Replicas {
+			busy[r.Node] = true
+		}
+		pods := must(t, "", "-n", "ferry-system", "get", "pods", "-l", "ferry.zfs.csi.io/volume", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}`)
+		for _, l := range strings.Split(pods, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && strings.Contains(f[0], vol) {
+				busy[f[1]] = true
+			}
+		}
+		for _, n := range []string{"node1", "node2", "node3"} {
+			if !busy[n] && !datasetExists(t, n, vol) {
+				far = n
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("copies and pods on %v", busy)
+	})
 	must(t, `apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: clone}
@@ -359,5 +368,10 @@ spec:
 	}
 	if datasetExists(t, far, vol) {
 		t.Fatalf("the source volume %s appeared on %s: the clone should bring only its own data", vol, far)
+	}
+	// Fetched from a copy, as the far node's daemon says.
+	daemon := strings.TrimSpace(must(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "--field-selector", "spec.nodeName="+far, "-o", "jsonpath={.items[0].metadata.name}"))
+	if logs := must(t, "", "-n", "ferry-system", "logs", daemon, "-c", "ferry", "--since=10m"); !strings.Contains(logs, "volume cloned from a peer's copy") || !strings.Contains(logs, vol) {
+		t.Fatalf("%s's daemon does not say it cloned %s from a peer's copy", far, vol)
 	}
 }
