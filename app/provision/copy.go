@@ -151,16 +151,19 @@ func (c *Service) copyFromVolume(ctx context.Context, t newVolume, sourceID stri
 		// A volume cannot be its own source: it does not exist yet.
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %q: %w", sourceID, ports.ErrNotFound)
 	}
-	if _, err := c.store.GetVolume(ctx, src); errors.Is(err, ports.ErrNotFound) {
-		// No copy here: nothing of this node's to lock.
-		return c.copyFromPeerCopy(ctx, t, src, err)
-	}
 	unlock, ok := c.locks.TryLock("volume/" + string(src))
 	if !ok {
+		// Being made, published or copied here: asked again later.
 		return ports.VolumeInfo{}, fmt.Errorf("source volume %s: %w", src, refusal.ErrPending)
 	}
-	defer unlock()
 	info, err := c.store.GetVolume(ctx, src)
+	if errors.Is(err, ports.ErrNotFound) {
+		// No copy here: nothing of this node's to hold locked for the
+		// length of a transfer from a peer.
+		unlock()
+		return c.copyFromPeerCopy(ctx, t, src, err)
+	}
+	defer unlock()
 	if err != nil {
 		return ports.VolumeInfo{}, err
 	}
