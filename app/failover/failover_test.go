@@ -746,44 +746,71 @@ func TestARenewalAfterTheLeaseRanOutFencesBeforeTheNodeWritesAgain(t *testing.T)
 	}
 }
 
+// lostPrimary is survivor b of volume v, whose primary is a, reading the
+// leases in leases on a fake clock; step(at) renews b's own lease (when
+// renewOwn) and runs one Step at at.
+type lostPrimary struct {
+	b       *Survivor
+	cluster *fakecluster.Store
+	eff     *mocks.MockFailoverEffects
+	step    func(at time.Duration)
+}
+
+func newLostPrimary(t *testing.T, leases *leaseMap, renewOwn func(at time.Duration) bool, opts ...SurvivorOption) *lostPrimary {
+	t.Helper()
+	ctrl := gomock.NewController(t)
+	p := &lostPrimary{cluster: fakecluster.New()}
+	if _, err := p.cluster.Create(context.Background(), primaryState("v", "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{}
+	store := mocks.NewMockSnapshotStore(ctrl)
+	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
+	p.eff = newEffects(ctrl)
+	p.eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
+	p.b = NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, p.cluster, nil, store, p.eff, nopEvents{}, zap.NewNop(), opts...)
+	p.step = func(at time.Duration) {
+		clock.set(at)
+		if renewOwn(at) {
+			leases.vals["b"] = ports.LeaseRecord{Value: at.String(), Duration: timing.Duration}
+		}
+		if err := p.b.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// state is v's state now.
+func (p *lostPrimary) state() replica.State {
+	st, _ := p.cluster.Get(context.Background(), "v")
+	return st
+}
+
+// expectTakeover expects the effects of taking v over from a, once.
+func (p *lostPrimary) expectTakeover() {
+	p.eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil)
+	p.eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil)
+	p.eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+	p.eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
+}
+
 // A lost node that declared a longer lease than the survivor's own (a
 // node of another release, mid-update) holds it for its own duration:
 // the survivor takes it over only after that plus the margin.
 func TestASurvivorWaitsOutTheLongerLeaseALostNodeDeclared(t *testing.T) {
-	ctrl := gomock.NewController(t)
-	cluster := fakecluster.New()
-	ctx := context.Background()
-	if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
-		t.Fatal(err)
-	}
 	longer := timing.Duration + 3*time.Second
 	leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1", Duration: longer}}}
-	leases.renew("b", "1")
-	clock := &fakeClock{}
-	store := mocks.NewMockSnapshotStore(ctrl)
-	store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
-	eff := newEffects(ctrl)
-	eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
-	b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop())
-	step := func(at time.Duration) {
-		clock.set(at)
-		leases.renew("b", at.String())
-		if err := b.Step(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p := newLostPrimary(t, leases, func(time.Duration) bool { return true })
 	for at := time.Duration(0); at < longer+timing.Margin; at += 500 * time.Millisecond {
-		step(at)
+		p.step(at)
 	}
-	if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" {
+	if st := p.state(); st.Primary != "a" {
 		t.Fatalf("taken over at %s, before a's own lease of %s and the margin ran out: %+v", longer+timing.Margin-500*time.Millisecond, longer, st)
 	}
-	eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil)
-	eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil)
-	eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
-	eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
-	step(longer + timing.Margin)
-	if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" {
+	p.expectTakeover()
+	p.step(longer + timing.Margin)
+	if st := p.state(); st.Primary != "b" {
 		t.Fatalf("not taken over once a's own lease and the margin ran out: %+v", st)
 	}
 }
@@ -800,42 +827,20 @@ func TestARestartedSurvivorWaitsOutItsPredecessorsTerms(t *testing.T) {
 		published time.Duration // what the publisher found there
 	}{{"read from its node's Lease", timing.Duration + 3*time.Second, 0}, {"from its publisher", timing.Duration, timing.Duration + 3*time.Second}} {
 		t.Run(c.name, func(t *testing.T) {
-			ctrl := gomock.NewController(t)
-			cluster := fakecluster.New()
-			ctx := context.Background()
-			if _, err := cluster.Create(ctx, primaryState("v", "a", "b")); err != nil {
-				t.Fatal(err)
-			}
 			leases := &leaseMap{vals: map[replica.Node]ports.LeaseRecord{"a": {Value: "1"}, "b": {Value: "1", Duration: c.own}}}
-			clock := &fakeClock{}
-			store := mocks.NewMockSnapshotStore(ctrl)
-			store.EXPECT().ListVolumes(gomock.Any()).Return([]ports.VolumeInfo{{ID: "v"}}, nil).AnyTimes()
-			eff := newEffects(ctrl)
-			eff.EXPECT().Tainted(gomock.Any(), gomock.Any()).Return(false, nil).AnyTimes()
-			b := NewSurvivor(Config{Node: "b", Lease: timing, Lag: 1}, clock.read, leases, cluster, nil, store, eff, nopEvents{}, zap.NewNop(),
+			// b's daemon renews its own Lease on its own terms after its first read.
+			p := newLostPrimary(t, leases, func(at time.Duration) bool { return at > 0 },
 				WithPredecessor(func() time.Duration { return c.published }))
-			step := func(at time.Duration) {
-				clock.set(at)
-				if at > 0 { // b's daemon renews its own Lease on its own terms from then on
-					leases.vals["b"] = ports.LeaseRecord{Value: at.String(), Duration: timing.Duration}
-				}
-				if err := b.Step(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
 			terms := timing.Duration + 3*time.Second
 			for at := time.Duration(0); at < terms+timing.Margin; at += 500 * time.Millisecond {
-				step(at)
+				p.step(at)
 			}
-			if st, _ := cluster.Get(ctx, "v"); st.Primary != "a" {
+			if st := p.state(); st.Primary != "a" {
 				t.Fatalf("a taken over before the predecessor's terms (%s) and the margin ran out: %+v", terms, st)
 			}
-			eff.EXPECT().Unplace(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil)
-			eff.EXPECT().Taint(gomock.Any(), replica.Node("a"), true).Return(nil)
-			eff.EXPECT().RemoveReplicaPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
-			eff.EXPECT().EvictPods(gomock.Any(), replica.Node("a"), volume.ID("v")).Return(nil, nil)
-			step(terms + timing.Margin)
-			if st, _ := cluster.Get(ctx, "v"); st.Primary != "b" {
+			p.expectTakeover()
+			p.step(terms + timing.Margin)
+			if st := p.state(); st.Primary != "b" {
 				t.Fatalf("not taken over once they ran out: %+v", st)
 			}
 		})

@@ -8,6 +8,9 @@ import (
 	"github.com/ferry-csi/ferry/domain/replica"
 )
 
+// short is a 3 s lease (the default), beside the tests' 5 s cfg.
+var short = Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
+
 func leases(kv ...string) map[replica.Node]string {
 	m := map[replica.Node]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -200,7 +203,6 @@ func TestAResumeSinceTheVerdictAndAPromiseAfterItAreRefused(t *testing.T) {
 // duration plus the margin, never the observer's shorter one, or the
 // takeover would come while it still writes.
 func TestANodeDeclaringALongerLeaseIsTakenForLostOnlyAfterItsOwnDuration(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.ReadDeclared(0, 0, nil) // its first read, as after an outage, saw nobody
 	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}, "c": {Value: "1", Duration: 2 * s}})
@@ -225,7 +227,6 @@ func TestANodeDeclaringALongerLeaseIsTakenForLostOnlyAfterItsOwnDuration(t *test
 // primaries write on those terms), and so does every value until those
 // terms end; values read after that hold for the new duration.
 func TestALeaseShortenedByItsNodeHoldsForTheLongerOneUntilItsTermsEnd(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 5 * s}})
 	o.ReadDeclared(s, s, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
@@ -250,7 +251,6 @@ func TestALeaseShortenedByItsNodeHoldsForTheLongerOneUntilItsTermsEnd(t *testing
 // spell and the next values: the earlier value's terms end when they end,
 // whatever is read after.
 func TestALongerHoldOutlivesABlindReadAndTheNextValues(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.ReadDeclared(0, 0, map[replica.Node]Lease{"a": {Value: "1", Duration: 8 * s}})
 	o.ReadDeclared(s/2, s/2, map[replica.Node]Lease{"a": {Value: "2", Duration: 3 * s}})
@@ -270,7 +270,6 @@ func TestALongerHoldOutlivesABlindReadAndTheNextValues(t *testing.T) {
 // they received meanwhile: a lease seen again after a blind spell holds
 // for AfterOutage at least, however short the lease.
 func TestAfterAnOutageAShortLeaseHoldsLongEnoughForTheReports(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.Read(0, leases("a", "1"))
 	o.Blind()
@@ -287,7 +286,6 @@ func TestAfterAnOutageAShortLeaseHoldsLongEnoughForTheReports(t *testing.T) {
 // the other gave (kept in memory): it takes nobody for lost until they
 // ended, on the other's terms.
 func TestANewDaemonWaitsOutThePromisesItsPredecessorMayHaveGiven(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.Read(10*s, leases("a", "1", "b", "1"))
 	o.Inherit(10*s, 5*s) // the daemon before renewed b's lease for 5 s
@@ -306,7 +304,6 @@ func TestANewDaemonWaitsOutThePromisesItsPredecessorMayHaveGiven(t *testing.T) {
 // from an outage: the leases of its first read hold AfterOutage at least,
 // as after any blind spell.
 func TestAFreshObserversFirstReadCountsAsAfterAnOutage(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.Read(0, leases("a", "1"))
 	if got := o.Lost(AfterOutage + s/2 - 1); len(got) != 0 {
@@ -321,7 +318,6 @@ func TestAFreshObserversFirstReadCountsAsAfterAnOutage(t *testing.T) {
 // copies may be cut off from the API server as it is (a stalled replica
 // of it) and report what they fetched only once it answers again.
 func TestAPromiseIsHonouredLongEnoughForTheReportsOfAnOutage(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.ReadDeclared(0, 0, nil)
 	o.Read(0, leases("a", "1"))
@@ -339,7 +335,6 @@ func TestAPromiseIsHonouredLongEnoughForTheReportsOfAnOutage(t *testing.T) {
 // A daemon declares the longer terms of the one it replaced until they
 // surely ended, so a daemon replacing it in turn still finds them.
 func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	for _, c := range []struct {
 		pred  time.Duration
 		wrote bool
@@ -362,7 +357,6 @@ func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
 // at least, as its own are: a lease that appears only after the first
 // read (missed by the blind start's hold) is still held that long.
 func TestInheritedPromisesAreHonouredForAfterOutageToo(t *testing.T) {
-	short := Config{Renew: time.Second, Duration: 3 * s, Margin: s / 2}
 	o := NewObserver(short, "b")
 	o.Read(10*s, leases("b", "1"))
 	o.Inherit(10*s, 3*s)

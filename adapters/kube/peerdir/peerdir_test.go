@@ -140,23 +140,28 @@ func TestALeaseSaysItsDurationRoundedUp(t *testing.T) {
 	}
 }
 
+// renewedBy is node-a's daemon at addr, holding its lease for d, after
+// its first renewal (margin: NewPublisher's).
+func renewedBy(t *testing.T, client *fake.Clientset, addr string, d time.Duration) *Publisher {
+	t.Helper()
+	p := NewPublisher(client, "ferry-system", "node-a", addr)
+	p.Duration = d
+	if err := p.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // A publisher remembers the terms its node's Lease declared before it
 // first renewed it: those of the daemon it replaced, not its own.
 func TestAPublisherRemembersItsPredecessorsLeaseDuration(t *testing.T) {
 	client := fake.NewClientset()
-	ctx := context.Background()
-	old := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
-	old.Duration = 5 * time.Second
-	if err := old.Publish(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := old.Predecessor(); got != 0 {
+	if got := renewedBy(t, client, "10.1.0.5:7443", 5*time.Second).Predecessor(); got != 0 {
 		t.Fatalf("a Lease created afresh had a predecessor of %s", got)
 	}
-	next := NewPublisher(client, "ferry-system", "node-a", "10.1.0.6:7443")
-	next.Duration = 3 * time.Second
-	for range 3 {
-		if err := next.Renew(ctx); err != nil {
+	next := renewedBy(t, client, "10.1.0.6:7443", 3*time.Second)
+	for range 2 {
+		if err := next.Renew(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,30 +175,16 @@ func TestAPublisherRemembersItsPredecessorsLeaseDuration(t *testing.T) {
 // replaces it in turn (a crash right after the update) still finds them.
 func TestADaemonDeclaresItsPredecessorsLongerTermsUntilTheyEnded(t *testing.T) {
 	client := fake.NewClientset()
-	ctx := context.Background()
-	old := NewPublisher(client, "ferry-system", "node-a", "10.1.0.5:7443")
-	old.Duration, old.Margin = 5*time.Second, 500*time.Millisecond
-	if err := old.Publish(ctx); err != nil {
-		t.Fatal(err)
-	}
-	next := NewPublisher(client, "ferry-system", "node-a", "10.1.0.6:7443")
-	next.Duration, next.Margin = 3*time.Second, 500*time.Millisecond
-	if err := next.Renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := NewLeases(client, "ferry-system").Leases(ctx)
+	renewedBy(t, client, "10.1.0.5:7443", 5*time.Second)
+	renewedBy(t, client, "10.1.0.6:7443", 3*time.Second)
+	recs, err := NewLeases(client, "ferry-system").Leases(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := recs["node-a"].Duration; got != 5*time.Second {
 		t.Fatalf("right after the update the Lease declares %s, want the predecessor's 5s", got)
 	}
-	third := NewPublisher(client, "ferry-system", "node-a", "10.1.0.7:7443")
-	third.Duration, third.Margin = 3*time.Second, 500*time.Millisecond
-	if err := third.Renew(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := third.Predecessor(); got != 5*time.Second {
+	if got := renewedBy(t, client, "10.1.0.7:7443", 3*time.Second).Predecessor(); got != 5*time.Second {
 		t.Fatalf("a second replacement finds %s, want the first daemon's 5s", got)
 	}
 }
