@@ -20,7 +20,7 @@ HELM               := $(TOOLS)/helm-$(HELM_VERSION)/helm
 PROMTOOL_VERSION   := v0.316.0
 PROMTOOL           := $(TOOLS)/promtool-$(PROMTOOL_VERSION)/promtool
 
-.PHONY: images push helm test-chart test-alerts help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-provision bench-move demo-cluster sim
+.PHONY: images push helm test-chart test-alerts help build test unit vet lint-layers generate zfs-up sanity demo clean test-replication test-replication-loaded test-watchdog bench-replication bench-replication-ssh bench-transport bench-idle bench-rpo bench-provision bench-move demo-cluster sim
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -153,6 +153,9 @@ test-replication-loaded: build zfs-up ## test-replication while two busy loops s
 
 bench-idle: build zfs-up cluster-bins ## what idle replicas cost a node: 200 volume managers on one pool against a real API server, watching vs polling (CPU % of one core, MiB each)
 	go run ./tests/bench/idle -ferry $(BIN)/ferry $(BENCH_IDLE_FLAGS)
+
+bench-rpo: build zfs-up cluster-bins ## the loss bound at a 1 s snapshot interval: 10, 50 and 100 volumes written continuously, primaries on one zfs-fuse pool, secondaries on another, a real API server: RPO p50/p99, cost per snapshot
+	go run ./tests/bench/rpo -ferry $(BIN)/ferry $(BENCH_RPO_FLAGS)
 
 bench-provision: ## on the running local cluster: 100 Immediate claims at once until Bound (provisioned: PVCs/s), ReplicatedVolume writes per volume per snapshot interval, deletion
 	go run ./tests/bench/provision $(BENCH_PROVISION_FLAGS)

@@ -3,6 +3,7 @@ package zfs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,10 +49,19 @@ func (s *Store) ListSnapshots(ctx context.Context, id volume.ID) ([]ports.Snapsh
 	if id == "" {
 		rows, err = s.getDepth(ctx, 2, s.root)
 	} else {
-		if _, err := s.GetVolume(ctx, id); err != nil {
-			return nil, err
-		}
+		// One command: the volume's own row (depth 0) says whether Ferry
+		// owns it, as GetVolume would, and its snapshots come with it.
 		rows, err = s.getDepth(ctx, 1, s.dataset(id))
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w", id, err)
+		}
+		i := slices.IndexFunc(rows, func(r *propRow) bool { return r.name == s.dataset(id) })
+		if i < 0 {
+			return nil, fmt.Errorf("volume %s: zfs get did not list the dataset itself", id)
+		}
+		if !s.owned(rows[i]) {
+			return nil, fmt.Errorf("volume %s: dataset %s: %w", id, rows[i].name, ports.ErrNotOwned)
+		}
 	}
 	if err != nil {
 		return nil, err

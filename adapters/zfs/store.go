@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -51,6 +52,9 @@ type Store struct {
 	resumable bool
 	// txg: the shared `zpool sync` that makes a written=0 truthful.
 	txg *poolSync
+	// noWritten: the pool's zfs answered that it has no written property
+	// (zfs-fuse): Unchanged asks no more, it cannot tell.
+	noWritten atomic.Bool
 	// encrypts: the pool can hold encrypted datasets (OpenZFS with
 	// feature@encryption); zfs-fuse cannot (encryption.go).
 	encrypts bool

@@ -60,5 +60,8 @@ func TestZFSStoreNeverTouchesDatasetsItDoesNotOwn(t *testing.T) {
 	if err != nil || len(snaps) != 0 {
 		t.Fatalf("ListSnapshots = %+v, %v; want none", snaps, err)
 	}
+	if snaps, err := s.ListSnapshots(ctx, "stranger"); !errors.Is(err, ports.ErrNotOwned) {
+		t.Fatalf("ListSnapshots(stranger) = %+v, %v; want ErrNotOwned", snaps, err)
+	}
 	zfstest.ZFS(t, "get", "-H", "-o", "value", "type", foreign+"@keep") // still there
 }

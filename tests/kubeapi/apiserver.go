@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 )
 
@@ -315,4 +317,25 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// WriteKubeconfig writes a kubeconfig file that reaches the server as
+// Config does, for the processes a test or benchmark starts.
+func (s *Server) WriteKubeconfig(path string) error {
+	c := s.Config
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: c.Insecure, CertificateAuthorityData: c.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// Pids are the processes of etcd and the API server.
+func (s *Server) Pids() []int {
+	var out []int
+	for _, p := range s.procs {
+		out = append(out, p.cmd.Process.Pid)
+	}
+	return out
 }

@@ -25,8 +25,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ferry-csi/ferry/adapters/kube/rvapi"
 	"github.com/ferry-csi/ferry/adapters/kube/rvstate"
@@ -34,6 +32,7 @@ import (
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/tests/bench/procstat"
 	"github.com/ferry-csi/ferry/tests/kubeapi"
 	"github.com/ferry-csi/ferry/tests/pki"
 	"github.com/ferry-csi/ferry/tests/zfstest"
@@ -75,7 +74,7 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 		return err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := writeKubeconfig(api, kubeconfig); err != nil {
+	if err := api.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
 	ca, err := pki.NewCA(dir, "bench")
@@ -132,7 +131,7 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 		}
 		ids = append(ids, id)
 	}
-	zfsFuse, err := pidOf("zfs-fuse")
+	zfsFuse, err := procstat.PidOf("zfs-fuse")
 	if err != nil {
 		return err
 	}
@@ -198,12 +197,12 @@ func measure(ferry, mode string, ids []volume.ID, kubeconfig, pool string, certs
 	elapsed := time.Since(start).Seconds()
 	var rss, total []float64
 	for _, p := range procs {
-		kib, err := rssKiB(p.Process.Pid, "RssAnon")
+		kib, err := procstat.KiB(p.Process.Pid, "RssAnon")
 		if err != nil {
 			return result{}, err
 		}
 		rss = append(rss, float64(kib)/1024)
-		if kib, err = rssKiB(p.Process.Pid, "VmRSS"); err != nil {
+		if kib, err = procstat.KiB(p.Process.Pid, "VmRSS"); err != nil {
 			return result{}, err
 		}
 		total = append(total, float64(kib)/1024)
@@ -224,83 +223,13 @@ func measure(ferry, mode string, ids []volume.ID, kubeconfig, pool string, certs
 func cpuOf(procs []*exec.Cmd, zfsFuse int) ([2]float64, error) {
 	var out [2]float64
 	for _, p := range procs {
-		s, err := cpuSeconds(p.Process.Pid, true)
+		s, err := procstat.CPUSeconds(p.Process.Pid, true)
 		if err != nil {
 			return out, err
 		}
 		out[0] += s
 	}
-	s, err := cpuSeconds(zfsFuse, false)
+	s, err := procstat.CPUSeconds(zfsFuse, false)
 	out[1] = s
 	return out, err
-}
-
-var clockTicks = 100.0 // USER_HZ on Linux
-
-// cpuSeconds reads utime+stime (and, with children, cutime+cstime plus the
-// live children's own) of pid from /proc.
-func cpuSeconds(pid int, children bool) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	sum := 0.0
-	idx := []int{11, 12} // utime, stime (fields 14, 15)
-	if children {
-		idx = append(idx, 13, 14) // cutime, cstime
-	}
-	for _, i := range idx {
-		v, err := strconv.ParseFloat(f[i], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += v / clockTicks
-	}
-	if children {
-		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		for _, k := range strings.Fields(string(kids)) {
-			if c, err := strconv.Atoi(k); err == nil {
-				if s, err := cpuSeconds(c, true); err == nil {
-					sum += s
-				}
-			}
-		}
-	}
-	return sum, nil
-}
-
-// rssKiB reads a field of /proc/<pid>/status: RssAnon is what counts as a
-// volume manager's own memory (heap, stacks); VmRSS adds the pages of the
-// binary it touched, which every volume manager on the node shares.
-func rssKiB(pid int, field string) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
-
-func pidOf(name string) (int, error) {
-	out, err := exec.Command("pgrep", "-xo", name).Output()
-	if err != nil {
-		return 0, fmt.Errorf("%s is not running: %w", name, err)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(out)))
-}
-
-func writeKubeconfig(api *kubeapi.Server, path string) error {
-	c := api.Config
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["bench"] = &clientcmdapi.Cluster{Server: c.Host, InsecureSkipTLSVerify: c.Insecure, CertificateAuthorityData: c.CAData}
-	kc.AuthInfos["bench"] = &clientcmdapi.AuthInfo{Token: c.BearerToken}
-	kc.Contexts["bench"] = &clientcmdapi.Context{Cluster: "bench", AuthInfo: "bench"}
-	kc.CurrentContext = "bench"
-	return clientcmd.WriteToFile(*kc, path)
 }

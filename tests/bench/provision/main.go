@@ -28,6 +28,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ferry-csi/ferry/tests/bench/apimetrics"
+	"github.com/ferry-csi/ferry/tests/bench/procstat"
 )
 
 var rvGVR = schema.GroupVersionResource{Group: "ferry.zfs.csi.io", Version: "v1alpha1", Resource: "replicatedvolumes"}
@@ -76,6 +79,15 @@ func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval t
 	}
 	defer func() { _ = kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
 
+	var base load
+	if rf > 1 {
+		// What the cluster costs with Ferry and no volume, to tell the
+		// replica pods' idle cost from everything else on the machine.
+		var err error
+		if base, err = measureLoad(baseline); err != nil {
+			return err
+		}
+	}
 	before := nodeBytes(ctx, kube)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -124,9 +136,14 @@ func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval t
 	fmt.Printf("provisioned: %.1f PVCs/s (defaultReplicationFactor %d: %d claims Bound in %.1f s, no pods)\n", float64(n)/took.Seconds(), rf, n, took.Seconds())
 
 	if rf > 1 {
-		if err := steadyWrites(ctx, kube, dyn, n, rf, interval, intervals); err != nil {
+		idle, err := steadyWrites(ctx, kube, dyn, n, rf, interval, intervals)
+		if err != nil {
 			return err
 		}
+		pods := float64(n * rf)
+		cpu, mem := idle.cpu-base.cpu, idle.anonMiB-base.anonMiB
+		fmt.Printf("idle replica pods: %d (one per copy) cost the machine %.1f%% of one core and %.0f MiB more than none (kubelets, containerd and shims, volume managers, API server: busy CPU of the whole machine, every process's own memory); per pod %.2f%% and %.1f MiB; 200 on a node: %.0f%% of one core (goal <= 20%%), %.1f MiB each (goal <= 20)\n",
+			n*rf, cpu, mem, cpu/pods, mem/pods, 200*cpu/pods, mem/pods)
 		after, labels := nodeBytes(ctx, kube), placementLabels(ctx, kube)
 		if labels > 0 {
 			fmt.Printf("node objects: %d placement labels on the nodes, %d bytes more in all (%.0f bytes per label; 200 volumes per node: about %.0f KB more per Node object)\n",
@@ -169,14 +186,42 @@ func run(kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval t
 	return nil
 }
 
+// baseline is how long the machine's idle load is measured without
+// volumes.
+const baseline = 30 * time.Second
+
+// load is the machine's busy CPU (percent of one core) and the memory its
+// processes hold of their own (MiB) over a window.
+type load struct{ cpu, anonMiB float64 }
+
+// measureLoad measures the machine's load over window.
+func measureLoad(window time.Duration) (load, error) {
+	b0, err := procstat.MachineBusy()
+	if err != nil {
+		return load{}, err
+	}
+	start := time.Now()
+	time.Sleep(window)
+	b1, err := procstat.MachineBusy()
+	if err != nil {
+		return load{}, err
+	}
+	kib, err := procstat.TotalAnonKiB()
+	if err != nil {
+		return load{}, err
+	}
+	return load{cpu: 100 * (b1 - b0) / time.Since(start).Seconds(), anonMiB: float64(kib) / 1024}, nil
+}
+
 // steadyWrites waits until every volume has rf ready copies, then counts
-// the API server's writes to ReplicatedVolumes over the given intervals.
-func steadyWrites(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval time.Duration, intervals int) error {
+// the API server's writes to ReplicatedVolumes over the given intervals,
+// and measures the machine's load meanwhile.
+func steadyWrites(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, n, rf int, interval time.Duration, intervals int) (load, error) {
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
 		l, err := dyn.Resource(rvGVR).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return err
+			return load{}, err
 		}
 		ready := 0
 		for _, u := range l.Items {
@@ -188,55 +233,27 @@ func steadyWrites(ctx context.Context, kube kubernetes.Interface, dyn dynamic.In
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d replicated volumes have %d ready copies after 10 minutes", ready, n, rf)
+			return load{}, fmt.Errorf("only %d of %d replicated volumes have %d ready copies after 10 minutes", ready, n, rf)
 		}
 		time.Sleep(time.Second)
 	}
-	before, err := rvWrites(ctx, kube)
+	before, err := apimetrics.Writes(ctx, kube, "replicatedvolumes")
 	if err != nil {
-		return err
+		return load{}, err
 	}
 	window := time.Duration(intervals) * interval
-	time.Sleep(window)
-	after, err := rvWrites(ctx, kube)
+	idle, err := measureLoad(window)
 	if err != nil {
-		return err
+		return load{}, err
+	}
+	after, err := apimetrics.Writes(ctx, kube, "replicatedvolumes")
+	if err != nil {
+		return load{}, err
 	}
 	perVolume := (after - before) / float64(n) / float64(intervals)
 	fmt.Printf("apiserver writes: %.2f per volume per snapshot interval (ReplicatedVolume writes, %d volumes of %d copies, no pods writing, over %s; goal <= 1)\n",
 		perVolume, n, rf, window)
-	return nil
-}
-
-// rvWrites sums the API server's counters of write requests to
-// ReplicatedVolumes (apiserver_request_total).
-func rvWrites(ctx context.Context, kube kubernetes.Interface) (float64, error) {
-	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return 0, err
-	}
-	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="replicatedvolumes"`) {
-			continue
-		}
-		verb := ""
-		for _, v := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-			if strings.Contains(line, `verb="`+v+`"`) {
-				verb = v
-			}
-		}
-		if verb == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += v
-	}
-	return sum, nil
+	return idle, nil
 }
 
 func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
