@@ -277,7 +277,9 @@ func (r *reloading) ClientHandshake(ctx context.Context, authority string, conn 
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.ClientHandshake(ctx, authority, conn)
+	raw := newBatchConn(conn)
+	tc, info, err := c.ClientHandshake(ctx, authority, raw)
+	return batched(raw, tc, info, err)
 }
 
 func (r *reloading) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -285,7 +287,18 @@ func (r *reloading) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.ServerHandshake(conn)
+	raw := newBatchConn(conn)
+	tc, info, err := c.ServerHandshake(raw)
+	return batched(raw, tc, info, err)
+}
+
+// batched wraps a handshake's connection so that its records are written
+// in batches (batchconn.go).
+func batched(raw *batchConn, conn net.Conn, info credentials.AuthInfo, err error) (net.Conn, credentials.AuthInfo, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return &batchedTLS{Conn: conn, raw: raw}, info, nil
 }
 
 func (r *reloading) Info() credentials.ProtocolInfo {

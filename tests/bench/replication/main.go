@@ -50,6 +50,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/zfs"
 	"github.com/ferry-csi/ferry/domain/volume"
 	"github.com/ferry-csi/ferry/ports"
+	"github.com/ferry-csi/ferry/tests/bench/procstat"
 	"github.com/ferry-csi/ferry/tests/pki"
 	"github.com/ferry-csi/ferry/tests/zfstest"
 )
@@ -121,10 +122,12 @@ type bench struct {
 	mu        sync.Mutex
 	procs     []*exec.Cmd // started here, stopped by cleanup (last first)
 	stdins    []io.Closer
-	piped     []*exec.Cmd      // the procs that end when their stdin closes
-	recv      map[string]*node // receiver node by way ("ferry-ab": the -ab build's)
-	sshCmd    string           // the ssh command line with its options, ssh way only
-	cleaned   bool             // no process starts once set
+	piped     []*exec.Cmd          // the procs that end when their stdin closes
+	recv      map[string]*node     // receiver node by way ("ferry-ab": the -ab build's)
+	sender    map[string]int       // the sender node's pid by way
+	cpu       map[string][]float64 // full transfers: the two node processes' CPU seconds by way, round by round
+	sshCmd    string               // the ssh command line with its options, ssh way only
+	cleaned   bool                 // no process starts once set
 	cleanOnce sync.Once
 	cleanups  []func()
 }
@@ -260,6 +263,14 @@ func (b *bench) run() error {
 	}
 	fmt.Printf("; pipe on one machine (information) %.3f s\n", median(incrT["pipe"]))
 	fmt.Printf("incremental cost: %.1f%% of the full transfer (ferry)\n", 100*median(incrT["ferry"])/median(fullT["ferry"]))
+	if ref, fy := median(b.cpu["reference"]), median(b.cpu["ferry"]); ref > 0 {
+		gb := float64(b.size) / 1e9
+		fmt.Printf("transport CPU per GB (both node processes, their zfs send and recv left out), medians of the full rounds: reference (plain relay) %.2f s, ferry %.2f s: %.1fx the relay (goal <= 1.5x)\n",
+			ref/gb, fy/gb, fy/ref)
+		if ab := b.cpu["ferry-ab"]; len(ab) > 0 {
+			fmt.Printf("transport CPU per GB, ferry-ab: %.2f s\n", median(ab)/gb)
+		}
+	}
 	fs := summarise(ratios(fullT, "ferry"))
 	is := summarise(ratios(incrT, "ferry"))
 	printSpread("full, ferry", fs)
@@ -368,21 +379,26 @@ func (b *bench) startNodes() error {
 		if !sc.Scan() || sc.Text() != "ready" {
 			return nil, fmt.Errorf("the %s node (%s) did not start: %v", role, bin, sc.Err())
 		}
-		return &node{in: in, out: sc}, nil
+		return &node{in: in, out: sc, pid: cmd.Process.Pid}, nil
 	}
-	if _, err := start(nsA, "sender", srcPool, sf, self, ""); err != nil {
+	snd, err := start(nsA, "sender", srcPool, sf, self, "")
+	if err != nil {
 		return err
 	}
+	b.sender = map[string]int{"ferry": snd.pid, "reference": snd.pid}
 	b.recv = map[string]*node{}
+	b.cpu = map[string][]float64{}
 	if b.recv["ferry"], err = start(nsB, "receiver", dstPool, rf, self, ""); err != nil {
 		return err
 	}
 	b.recv["reference"], b.recv["ssh"] = b.recv["ferry"], b.recv["ferry"]
 	if b.opts.ab != "" {
 		const abPort = "7444"
-		if _, err := start(nsA, "sender", srcPool, sf, b.opts.ab, "-ab", "-peer-port", abPort, "-relay=false"); err != nil {
+		snd, err := start(nsA, "sender", srcPool, sf, b.opts.ab, "-ab", "-peer-port", abPort, "-relay=false")
+		if err != nil {
 			return err
 		}
+		b.sender["ferry-ab"] = snd.pid
 		if b.recv["ferry-ab"], err = start(nsB, "receiver", dstPool, rf, b.opts.ab, "-ab", "-peer-port", abPort); err != nil {
 			return err
 		}
@@ -394,6 +410,7 @@ func (b *bench) startNodes() error {
 type node struct {
 	in  io.Writer
 	out *bufio.Scanner
+	pid int // nsenter execs the node process: its pid
 }
 
 func (b *bench) startProc(cmd *exec.Cmd, stdin io.Closer) error {
@@ -464,9 +481,13 @@ func (b *bench) measure(what string, ways []string, req ports.SendRequest, targe
 		}
 		for _, way := range order {
 			t, after := target(way, i)
+			cpu0, counted := b.nodesCPU(way)
 			s, err := b.transfer(way, req, t)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s round %d: %w", what, way, i+1, err)
+			}
+			if cpu1, _ := b.nodesCPU(way); counted && req.From == "" {
+				b.cpu[way] = append(b.cpu[way], cpu1-cpu0)
 			}
 			times[way] = append(times[way], s)
 			if err := after(); err != nil {
@@ -488,6 +509,21 @@ func (b *bench) measure(what string, ways []string, req ports.SendRequest, targe
 		fmt.Println(line.String())
 	}
 	return times, nil
+}
+
+// nodesCPU is the CPU seconds the way's two node processes have used so
+// far, their own only: the zfs send and recv they run are the same work
+// for every way and are left out, so what remains is the transport's
+// (reading, encrypting, framing, writing). False for the ways that do not
+// run in the node processes.
+func (b *bench) nodesCPU(way string) (float64, bool) {
+	snd, ok := b.sender[way]
+	if !ok {
+		return 0, false
+	}
+	s1, err1 := procstat.CPUSeconds(snd, false)
+	s2, err2 := procstat.CPUSeconds(b.recv[way].pid, false)
+	return s1 + s2, err1 == nil && err2 == nil
 }
 
 // transfer runs one way's transfer of req into target and returns its
