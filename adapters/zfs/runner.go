@@ -122,6 +122,19 @@ const MaxConcurrentCommands = 4
 
 func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
 
+// killWait is how long a command is waited for once it was killed (its
+// context done): a zfs process stuck in the kernel (a wedged zfs-fuse, a
+// suspended pool) does not die of SIGKILL, and waiting for it held its
+// caller, its volume's lock and one of the runner's slots for ever (seen
+// here: every later CreateVolume of that volume answered "already in
+// progress" for minutes, with no word of why). After killWait the caller
+// gets the error (ErrStuck) and the process is left to the kernel.
+var killWait = 10 * time.Second
+
+// ErrStuck: a zfs command killed when its caller gave up did not exit:
+// the pool does not answer.
+var ErrStuck = errors.New("the zfs process did not exit when killed: the pool does not answer (zfs-fuse wedged, or the pool suspended)")
+
 func (r runner) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = commandEnv()
@@ -151,7 +164,26 @@ func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, er
 	cmd := r.command(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		r.done(bin, args, start, err)
+		return nil, r.fail(ctx, bin, args, "", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-ctx.Done():
+		// Killed by its context (exec.CommandContext); waited for only
+		// so long.
+		select {
+		case err = <-exited:
+		case <-time.After(killWait):
+			err = ErrStuck
+			r.done(bin, args, start, err)
+			return nil, r.fail(ctx, bin, args, "", err)
+		}
+	}
 	r.done(bin, args, start, err)
 	if err != nil {
 		return nil, r.fail(ctx, bin, args, stderr.String(), err)

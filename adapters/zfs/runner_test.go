@@ -96,3 +96,41 @@ func TestTheObserverHearsEveryCommandAndStream(t *testing.T) {
 		t.Errorf("observed %v, want %v", got, want)
 	}
 }
+
+// A command that does not end when killed (its caller gave up) does not
+// hold its caller for ever: after killWait the caller gets ErrStuck. A
+// stand-in zfs leaves a child holding its output open, as a process stuck
+// in the kernel holds its caller's wait.
+func TestAKilledCommandThatDoesNotEndReleasesItsCaller(t *testing.T) {
+	defer func(d time.Duration) { killWait = d }(killWait)
+	killWait = 300 * time.Millisecond
+	dir := t.TempDir()
+	script := filepath.Join(dir, "zfs")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 5 &\nsleep 5\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runner{zfsBin: script, slots: make(chan struct{}, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.zfs(ctx, "create", "pool/v")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrStuck) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ErrStuck and the deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller is still held 10 s after its context ended")
+	}
+	// Its slot is free again: the next command runs.
+	ok := filepath.Join(dir, "ok")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+ok+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.zfs(context.Background(), "list"); err != nil {
+		t.Fatalf("the next command: %v", err)
+	}
+}
