@@ -37,7 +37,8 @@ var rvGVR = schema.GroupVersionResource{Group: "ferry.zfs.csi.io", Version: "v1a
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", envOr("KUBECONFIG", "/var/lib/ferry-e2e/kubeconfig"), "the cluster's kubeconfig")
-	n := flag.Int("claims", 100, "claims created at once")
+	n := flag.Int("claims", 100, "claims created at once with one copy")
+	nr := flag.Int("replicated-claims", 50, "claims created at once with two copies or more (100 at two copies, 200 replica pods starting on this 2-core machine, wedged zfs-fuse here)")
 	rfs := flag.String("replication-factors", "1,2", "the classes' defaultReplicationFactor, one run each")
 	interval := flag.Duration("snapshot-interval", time.Minute, "the classes' snapshotInterval (zfs-fuse on two cores cannot snapshot 100 volumes every 10 s)")
 	intervals := flag.Int("steady-intervals", 2, "snapshot intervals over which writes are counted")
@@ -54,7 +55,11 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		if err := run(kube, dyn, *n, rf, *interval, *intervals); err != nil {
+		count := *n
+		if rf > 1 {
+			count = *nr
+		}
+		if err := run(kube, dyn, count, rf, *interval, *intervals); err != nil {
 			fail(err)
 		}
 	}
