@@ -553,7 +553,26 @@ func (m *Machine) done(e ActionDone) {
 			m.modified = false
 		}
 	case DestroySnapshots:
-		m.haveLocal, m.havePeer = false, false
+		m.havePeer = false
+		if e.Err != nil {
+			m.haveLocal = false // some may be gone: list again
+			break
+		}
+		// Its own pruning done: the store holds what it held without
+		// these (nothing else changes this replica's replication
+		// snapshots meanwhile, NeedsLocal), so no listing is needed: one
+		// zfs command less per snapshot interval on each replica.
+		gone := map[Snap]bool{}
+		for _, sn := range a.Snaps {
+			gone[sn] = true
+		}
+		kept := m.local[:0:0]
+		for _, sn := range m.local {
+			if !gone[sn] {
+				kept = append(kept, sn)
+			}
+		}
+		m.local = kept
 	case TakeSnapshot:
 		if errors.Is(e.Err, ErrUnchanged) {
 			m.ticks = 0 // nothing written: the next interval begins

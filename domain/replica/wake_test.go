@@ -106,3 +106,41 @@ func TestWakeWorkInProgressDecidesAtTheNextTick(t *testing.T) {
 		t.Fatalf("a failed read of the peer waits for a change only: wake %d", w)
 	}
 }
+
+// The machine's own pruning costs no listing after it: once its destroy
+// succeeded it knows what the store holds (what it held, without what it
+// destroyed), and decides nothing more on it; after a failure (some may
+// be gone) it lists the store again.
+func TestWakeOwnPruningNeedsNoListingUnlessItFailed(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		s := State{Volume: "v", ReplicationFactor: 2, Epoch: 1, Primary: "a", Replicas: []Replica{
+			{Node: "a", Snapshot: 5, SnapshotEpoch: 1, SnapshotGUID: 15, Active: true},
+			{Node: "b", Snapshot: 5, SnapshotEpoch: 1, SnapshotGUID: 15, Ready: true},
+		}}
+		m := NewMachine(MachineConfig{Self: "b", Keep: 2, SnapshotEvery: 5, AllowedLag: 1})
+		_ = m.Step(Observed{State: s})
+		_ = m.Step(LocalRead{Snaps: []Snap{{Number: 3, Epoch: 1, GUID: 13}, {Number: 4, Epoch: 1, GUID: 14}, {Number: 5, Epoch: 1, GUID: 15}}, HasData: true})
+		a, ok := m.Next()
+		d, isDestroy := a.(DestroySnapshots)
+		if !ok || !isDestroy || len(d.Snaps) != 1 || d.Snaps[0].Number != 3 {
+			t.Fatalf("expected the destroy of snapshot 3, got %T %+v", a, a)
+		}
+		var err error
+		if failed {
+			err = errors.New("zfs destroy: dataset is busy")
+		}
+		_ = m.Step(ActionDone{Action: a, Err: err})
+		if m.NeedsLocal() != failed {
+			t.Fatalf("after a destroy that failed=%v, needs a listing = %v", failed, m.NeedsLocal())
+		}
+		if failed {
+			continue
+		}
+		if a, ok := m.Next(); ok {
+			t.Fatalf("nothing is left to do once snapshot 3 is gone, got %s", describe(a))
+		}
+		if got := m.newestLocal(); got.Number != 5 || len(m.local) != 2 {
+			t.Fatalf("local view after the destroy: %v", m.local)
+		}
+	}
+}
