@@ -277,9 +277,7 @@ func (r *reloading) ClientHandshake(ctx context.Context, authority string, conn 
 	if err != nil {
 		return nil, nil, err
 	}
-	raw := newBatchConn(conn)
-	tc, info, err := c.ClientHandshake(ctx, authority, raw)
-	return batched(raw, tc, info, err)
+	return c.ClientHandshake(ctx, authority, conn)
 }
 
 func (r *reloading) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -287,18 +285,7 @@ func (r *reloading) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return nil, nil, err
 	}
-	raw := newBatchConn(conn)
-	tc, info, err := c.ServerHandshake(raw)
-	return batched(raw, tc, info, err)
-}
-
-// batched wraps a handshake's connection so that its records are written
-// in batches (batchconn.go).
-func batched(raw *batchConn, conn net.Conn, info credentials.AuthInfo, err error) (net.Conn, credentials.AuthInfo, error) {
-	if err != nil {
-		return nil, nil, err
-	}
-	return &batchedTLS{Conn: conn, raw: raw}, info, nil
+	return c.ServerHandshake(conn)
 }
 
 func (r *reloading) Info() credentials.ProtocolInfo {
