@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ferry-csi/ferry/ports"
@@ -94,6 +95,9 @@ type runner struct {
 	slots chan struct{}
 	// observe, when set, hears each command's end (Config.Observe).
 	observe func(tool, subcommand string, took time.Duration, err error)
+	// stuck: the killed commands that have not exited (killWait); nil:
+	// none tracked.
+	stuck *stuckCommands
 }
 
 // done tells observe of a command of bin that started at start.
@@ -128,12 +132,99 @@ func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
 // caller, its volume's lock and one of the runner's slots for ever (seen
 // here: every later CreateVolume of that volume answered "already in
 // progress" for minutes, with no word of why). After killWait the caller
-// gets the error (ErrStuck) and the process is left to the kernel.
+// gets the error (ErrStuck); the process keeps its slot until it exits
+// (a goroutine reaps it: at most the runner's slots of them), and
+// meanwhile no command on the same dataset starts: it would queue behind
+// the stuck one, or run out of order with it, and could undo what a
+// caller was told failed (a retried create meeting the stale one, a
+// fence's readonly set before a stale inherit). Commands on other
+// datasets (another volume's fence) still run.
 var killWait = 10 * time.Second
 
 // ErrStuck: a zfs command killed when its caller gave up did not exit:
 // the pool does not answer.
 var ErrStuck = errors.New("the zfs process did not exit when killed: the pool does not answer (zfs-fuse wedged, or the pool suspended)")
+
+// stuckCommands are a runner's killed commands that have not exited, by
+// the datasets they name.
+type stuckCommands struct {
+	mu sync.Mutex
+	on map[string]stuckCommand
+}
+
+type stuckCommand struct {
+	n     int
+	what  string
+	since time.Time
+}
+
+// datasets are the datasets a command's arguments name (a snapshot by
+// its dataset): every argument that is no option and no property
+// assignment and has a slash.
+func datasets(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") || strings.Contains(a, "=") || !strings.Contains(a, "/") {
+			continue
+		}
+		ds, _, _ := strings.Cut(a, "@")
+		out = append(out, ds)
+	}
+	return out
+}
+
+// refuse answers ErrStuck while a killed command on one of the datasets
+// args names has not exited.
+func (s *stuckCommands) refuse(args []string) error {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ds := range datasets(args) {
+		if c, ok := s.on[ds]; ok {
+			return fmt.Errorf("%w: nothing starts on %s while a killed command on it has not exited (%q, for %s)",
+				ErrStuck, ds, c.what, time.Since(c.since).Round(time.Second))
+		}
+	}
+	return nil
+}
+
+func (s *stuckCommands) add(bin string, args []string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.on == nil {
+		s.on = map[string]stuckCommand{}
+	}
+	what := strings.Join(append([]string{filepath.Base(bin)}, args...), " ")
+	for _, ds := range datasets(args) {
+		c, ok := s.on[ds]
+		if !ok {
+			c = stuckCommand{what: what, since: time.Now()}
+		}
+		c.n++
+		s.on[ds] = c
+	}
+}
+
+func (s *stuckCommands) exited(args []string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ds := range datasets(args) {
+		c := s.on[ds]
+		if c.n--; c.n <= 0 {
+			delete(s.on, ds)
+		} else {
+			s.on[ds] = c
+		}
+	}
+}
 
 func (r runner) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -152,10 +243,14 @@ func (r runner) zpool(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	if err := r.stuck.refuse(args); err != nil {
+		return nil, &CommandError{Args: append([]string{bin}, args...), Err: err}
+	}
+	release := func() {}
 	if r.slots != nil {
 		select {
 		case r.slots <- struct{}{}:
-			defer func() { <-r.slots }()
+			release = func() { <-r.slots }
 		case <-ctx.Done():
 			return nil, &CommandError{Args: append([]string{bin}, args...), Err: ctx.Err()}
 		}
@@ -165,6 +260,7 @@ func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, er
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		release()
 		r.done(bin, args, start, err)
 		return nil, r.fail(ctx, bin, args, "", err)
 	}
@@ -179,11 +275,17 @@ func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, er
 		select {
 		case err = <-exited:
 		case <-time.After(killWait):
-			err = ErrStuck
-			r.done(bin, args, start, err)
-			return nil, r.fail(ctx, bin, args, "", err)
+			r.stuck.add(bin, args)
+			go func() {
+				<-exited
+				r.stuck.exited(args)
+				release()
+			}()
+			r.done(bin, args, start, ErrStuck)
+			return nil, r.fail(ctx, bin, args, "", ErrStuck)
 		}
 	}
+	release()
 	r.done(bin, args, start, err)
 	if err != nil {
 		return nil, r.fail(ctx, bin, args, stderr.String(), err)

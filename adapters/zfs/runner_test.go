@@ -98,39 +98,72 @@ func TestTheObserverHearsEveryCommandAndStream(t *testing.T) {
 }
 
 // A command that does not end when killed (its caller gave up) does not
-// hold its caller for ever: after killWait the caller gets ErrStuck. A
-// stand-in zfs leaves a child holding its output open, as a process stuck
-// in the kernel holds its caller's wait.
+// hold its caller for ever: after killWait the caller gets ErrStuck. Until
+// it exits, no other command starts (each would queue behind it in the
+// same pool, or run out of order with it); once it exited, commands run
+// again. A stand-in zfs leaves a child holding its output open, as a
+// process stuck in the kernel holds its caller's wait.
 func TestAKilledCommandThatDoesNotEndReleasesItsCaller(t *testing.T) {
 	defer func(d time.Duration) { killWait = d }(killWait)
 	killWait = 300 * time.Millisecond
 	dir := t.TempDir()
-	script := filepath.Join(dir, "zfs")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 5 &\nsleep 5\n"), 0o755); err != nil {
+	script, ready, ran := filepath.Join(dir, "zfs"), filepath.Join(dir, "ready"), filepath.Join(dir, "ran")
+	// The child holds stdout for 2 s; the parent says it is ready only
+	// once the child runs, then waits to be killed.
+	body := "#!/bin/sh\nif [ \"$1\" = create ]; then sleep 2 & touch " + ready + "; exec sleep 30; fi\ntouch " + ran + "\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := runner{zfsBin: script, slots: make(chan struct{}, 1)}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	r := runner{zfsBin: script, slots: make(chan struct{}, 2), stuck: &stuckCommands{}}
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		_, err := r.zfs(ctx, "create", "pool/v")
 		done <- err
 	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in never started")
+		}
+	}
+	cancel()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrStuck) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want ErrStuck and the deadline", err)
+		if !errors.Is(err, ErrStuck) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want ErrStuck and the cancellation", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the caller is still held 10 s after its context ended")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the caller is still held 20 s after its context ended")
 	}
-	// Its slot is free again: the next command runs.
-	ok := filepath.Join(dir, "ok")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+ok+"\n"), 0o755); err != nil {
-		t.Fatal(err)
+	// While it has not exited, nothing else starts on its dataset (a
+	// snapshot of it included); a command on another dataset runs.
+	for _, args := range [][]string{{"create", "pool/v"}, {"snapshot", "pool/v@s1"}, {"set", "readonly=on", "pool/v"}} {
+		if _, err := r.zfs(context.Background(), args...); !errors.Is(err, ErrStuck) {
+			t.Fatalf("%v while a command on pool/v is stuck: %v, want ErrStuck", args, err)
+		}
 	}
-	if _, err := r.zfs(context.Background(), "list"); err != nil {
-		t.Fatalf("the next command: %v", err)
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("a command on pool/v ran while another was stuck")
+	}
+	if _, err := r.zfs(context.Background(), "set", "readonly=on", "pool/w"); err != nil {
+		t.Fatalf("a command on another dataset: %v", err)
+	}
+	_ = os.Remove(ran)
+	// Once it exited (the child's 2 s), commands on it run again.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := r.zfs(context.Background(), "get", "type", "pool/v")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrStuck) || time.Now().After(deadline) {
+			t.Fatalf("after the stuck command exited: %v", err)
+		}
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal("the command after it did not run")
 	}
 }

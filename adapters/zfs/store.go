@@ -96,7 +96,7 @@ func New(cfg Config) (*Store, error) {
 	if len(root) > maxRootLength {
 		return nil, fmt.Errorf("zfs store: %q is longer than %d bytes: volume and snapshot names would not fit ZFS's 255", root, maxRootLength)
 	}
-	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands), observe: cfg.Observe}, txg: newPoolSync(), log: zap.NewNop()}, nil
+	return &Store{cfg: cfg, root: root, run: runner{zfsBin: cfg.ZFS, zpoolBin: cfg.Zpool, slots: make(chan struct{}, MaxConcurrentCommands), observe: cfg.Observe, stuck: &stuckCommands{}}, txg: newPoolSync(), log: zap.NewNop()}, nil
 }
 
 // SetLogger sets where the store logs what the operator should know once
