@@ -73,12 +73,16 @@ func (s *Store) DiscardPartial(ctx context.Context, id volume.ID) error {
 	if !s.resumable {
 		return nil
 	}
-	if _, err := s.GetVolume(ctx, id); err == nil {
+	_, err := s.GetVolume(ctx, id)
+	switch {
+	case err == nil:
 		if t, _ := s.token(ctx, s.dataset(id)); t == "" {
 			return nil
 		}
 		_, err := s.run.zfs(ctx, "recv", "-A", s.dataset(id))
 		return err
+	case !errors.Is(err, ports.ErrNotFound):
+		return err // not known to be missing (a stuck pool): nothing destroyed
 	}
 	return s.destroyIfExists(ctx, s.staging(id))
 }

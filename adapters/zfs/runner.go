@@ -133,12 +133,15 @@ func commandEnv() []string { return append(os.Environ(), "LC_ALL=C") }
 // here: every later CreateVolume of that volume answered "already in
 // progress" for minutes, with no word of why). After killWait the caller
 // gets the error (ErrStuck); the process keeps its slot until it exits
-// (a goroutine reaps it: at most the runner's slots of them), and
-// meanwhile no command on the same dataset starts: it would queue behind
+// (a goroutine reaps it: at most the runner's slots of them; when all are
+// stuck, every command is refused at once), and meanwhile no command that
+// changes something on the same dataset starts: it would queue behind
 // the stuck one, or run out of order with it, and could undo what a
 // caller was told failed (a retried create meeting the stale one, a
-// fence's readonly set before a stale inherit). Commands on other
-// datasets (another volume's fence) still run.
+// fence's readonly set before a stale inherit). Reads (get, list) and
+// commands on other datasets (another volume's fence) still run. This
+// holds within one process (each volume manager has its own store): a
+// command stuck in the daemon does not stop a volume manager's.
 var killWait = 10 * time.Second
 
 // ErrStuck: a zfs command killed when its caller gave up did not exit:
@@ -148,8 +151,9 @@ var ErrStuck = errors.New("the zfs process did not exit when killed: the pool do
 // stuckCommands are a runner's killed commands that have not exited, by
 // the datasets they name.
 type stuckCommands struct {
-	mu sync.Mutex
-	on map[string]stuckCommand
+	mu    sync.Mutex
+	on    map[string]stuckCommand
+	total int // stuck commands (each holds a slot until it exits)
 }
 
 type stuckCommand struct {
@@ -173,14 +177,27 @@ func datasets(args []string) []string {
 	return out
 }
 
+// readOnly are the subcommands that change nothing: they run whatever is
+// stuck (a fence's lookup of a mount must not be refused), order does not
+// matter to them.
+var readOnly = map[string]bool{"get": true, "list": true}
+
 // refuse answers ErrStuck while a killed command on one of the datasets
-// args names has not exited.
-func (s *stuckCommands) refuse(args []string) error {
+// args names has not exited (a subcommand that changes something), or,
+// with slots above 0, while that many stuck commands hold every slot (any
+// command would only wait for one that may never come).
+func (s *stuckCommands) refuse(args []string, slots int) error {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if slots > 0 && s.total >= slots {
+		return fmt.Errorf("%w: all %d of this process's zfs command slots are held by killed commands that have not exited", ErrStuck, slots)
+	}
+	if len(args) > 0 && readOnly[args[0]] {
+		return nil
+	}
 	for _, ds := range datasets(args) {
 		if c, ok := s.on[ds]; ok {
 			return fmt.Errorf("%w: nothing starts on %s while a killed command on it has not exited (%q, for %s)",
@@ -199,6 +216,7 @@ func (s *stuckCommands) add(bin string, args []string) {
 	if s.on == nil {
 		s.on = map[string]stuckCommand{}
 	}
+	s.total++
 	what := strings.Join(append([]string{filepath.Base(bin)}, args...), " ")
 	for _, ds := range datasets(args) {
 		c, ok := s.on[ds]
@@ -216,6 +234,7 @@ func (s *stuckCommands) exited(args []string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.total--
 	for _, ds := range datasets(args) {
 		c := s.on[ds]
 		if c.n--; c.n <= 0 {
@@ -243,8 +262,11 @@ func (r runner) zpool(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, error) {
-	if err := r.stuck.refuse(args); err != nil {
+	refused := func(err error) ([]byte, error) {
 		return nil, &CommandError{Args: append([]string{bin}, args...), Err: err}
+	}
+	if err := r.stuck.refuse(args, cap(r.slots)); err != nil {
+		return refused(err)
 	}
 	release := func() {}
 	if r.slots != nil {
@@ -252,7 +274,13 @@ func (r runner) run(ctx context.Context, bin string, args ...string) ([]byte, er
 		case r.slots <- struct{}{}:
 			release = func() { <-r.slots }
 		case <-ctx.Done():
-			return nil, &CommandError{Args: append([]string{bin}, args...), Err: ctx.Err()}
+			return refused(ctx.Err())
+		}
+		// Again, with the slot: a command on this dataset may have been
+		// found stuck while this one waited.
+		if err := r.stuck.refuse(args, 0); err != nil {
+			release()
+			return refused(err)
 		}
 	}
 	var stdout, stderr bytes.Buffer

@@ -152,6 +152,9 @@ func TestAKilledCommandThatDoesNotEndReleasesItsCaller(t *testing.T) {
 	if _, err := r.zfs(context.Background(), "set", "readonly=on", "pool/w"); err != nil {
 		t.Fatalf("a command on another dataset: %v", err)
 	}
+	if _, err := r.zfs(context.Background(), "get", "mountpoint", "pool/v"); err != nil {
+		t.Fatalf("a read of the stuck dataset (a fence's lookup): %v", err)
+	}
 	_ = os.Remove(ran)
 	// Once it exited (the child's 2 s), commands on it run again.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -165,5 +168,30 @@ func TestAKilledCommandThatDoesNotEndReleasesItsCaller(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); err != nil {
 		t.Fatal("the command after it did not run")
+	}
+}
+
+// When killed commands that have not exited hold every slot, any command
+// is refused at once rather than waiting for a slot that may never free.
+func TestWhenEverySlotIsStuckCommandsAreRefusedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "zfs")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntrue\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := &stuckCommands{}
+	r := runner{zfsBin: script, slots: make(chan struct{}, 2), stuck: st}
+	// Two stuck commands, as the runner records them, each holding a slot.
+	for _, ds := range []string{"pool/a", "pool/b"} {
+		r.slots <- struct{}{}
+		st.add(script, []string{"create", ds})
+	}
+	if _, err := r.zfs(context.Background(), "get", "type", "pool/c"); !errors.Is(err, ErrStuck) {
+		t.Fatalf("with every slot stuck: %v, want ErrStuck at once", err)
+	}
+	st.exited([]string{"create", "pool/a"})
+	<-r.slots
+	if _, err := r.zfs(context.Background(), "get", "type", "pool/c"); err != nil {
+		t.Fatalf("with a slot free again: %v", err)
 	}
 }

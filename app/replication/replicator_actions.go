@@ -116,11 +116,21 @@ func (r *Replicator) exec(ctx context.Context, a replica.Action) error {
 		}
 		return err
 	case replica.DestroySnapshots:
+		var gone error
 		for _, s := range a.Snaps {
 			err := r.store.DestroySnapshot(ctx, r.cfg.Volume, replica.SnapshotName(s))
-			if err != nil && !errors.Is(err, ports.ErrNotFound) {
+			switch {
+			case errors.Is(err, ports.ErrNotFound):
+				// Already gone (or the volume is): something else changed
+				// the store. The rest is still pruned; the machine, told,
+				// lists the store again rather than assume what it holds.
+				gone = fmt.Errorf("destroying snapshot %s: already gone, the store is listed again: %w", replica.SnapshotName(s), err)
+			case err != nil:
 				return err
 			}
+		}
+		if gone != nil {
+			return gone
 		}
 		r.log.Info("old snapshots destroyed", zap.String("snapshots", fmt.Sprint(snapNames(a.Snaps))))
 		return nil
