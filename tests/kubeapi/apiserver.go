@@ -339,3 +339,27 @@ func (s *Server) Pids() []int {
 	}
 	return out
 }
+
+// NewWithReplicatedVolumes starts a server under dir/api for a program
+// (a benchmark) that runs Ferry's processes against it: the
+// ReplicatedVolume CRD installed (crd, the file's path) and a kubeconfig
+// written to dir/kubeconfig, whose path it returns.
+func NewWithReplicatedVolumes(dir, crd string, gvr schema.GroupVersionResource) (*Server, string, error) {
+	if err := os.Mkdir(filepath.Join(dir, "api"), 0o700); err != nil {
+		return nil, "", err
+	}
+	s, err := New(filepath.Join(dir, "api"))
+	if err != nil {
+		return nil, "", err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := s.InstallCRD(crd, gvr); err != nil {
+		s.Stop()
+		return nil, "", err
+	}
+	if err := s.WriteKubeconfig(kubeconfig); err != nil {
+		s.Stop()
+		return nil, "", err
+	}
+	return s, kubeconfig, nil
+}

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,21 +61,11 @@ func run(ferry string, secondaries, primaries int, settle, window, interval time
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Mkdir(filepath.Join(dir, "api"), 0o700); err != nil {
-		return err
-	}
-	api, err := kubeapi.New(filepath.Join(dir, "api"))
+	api, kubeconfig, err := kubeapi.NewWithReplicatedVolumes(dir, "deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR)
 	if err != nil {
 		return err
 	}
 	defer api.Stop()
-	if err := api.InstallCRD("deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR); err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := api.WriteKubeconfig(kubeconfig); err != nil {
-		return err
-	}
 	ca, err := pki.NewCA(dir, "bench")
 	if err != nil {
 		return err

@@ -93,21 +93,11 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Mkdir(filepath.Join(dir, "api"), 0o700); err != nil {
-		return err
-	}
-	api, err := kubeapi.New(filepath.Join(dir, "api"))
+	api, kubeconfig, err := kubeapi.NewWithReplicatedVolumes(dir, "deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR)
 	if err != nil {
 		return err
 	}
 	defer api.Stop()
-	if err := api.InstallCRD("deploy/crds/crd-replicatedvolume.yaml", rvapi.GVR); err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := api.WriteKubeconfig(kubeconfig); err != nil {
-		return err
-	}
 	ca, err := pki.NewCA(dir, "bench")
 	if err != nil {
 		return err
@@ -276,7 +266,7 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 	if err != nil {
 		return result{}, err
 	}
-	first, err := newest(ctx, dyn, b.name)
+	first, err := reported(ctx, dyn, b.name)
 	if err != nil {
 		return result{}, err
 	}
@@ -285,28 +275,15 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 	last := map[string]int64{}
 	for time.Since(start) < o.window {
 		time.Sleep(500 * time.Millisecond)
-		l, err := dyn.Resource(rvapi.GVR).List(ctx, metav1.ListOptions{})
+		now := time.Now()
+		held, err := reported(ctx, dyn, b.name)
 		if err != nil {
 			return result{}, err
 		}
-		now := time.Now()
-		for _, it := range l.Items {
-			reps, _, _ := unstructuredSlice(it.Object, "status", "replicas")
-			for _, r := range reps {
-				m, _ := r.(map[string]any)
-				if m["node"] != string(b.name) {
-					continue
-				}
-				taken, _ := m["snapshotTime"].(string)
-				t, err := time.Parse(time.RFC3339, taken)
-				if err != nil {
-					t = time.Unix(0, 0) // nothing received yet: counted as very old
-				}
-				ages = append(ages, now.Sub(t).Seconds())
-				if num, ok := m["snapshot"].(int64); ok {
-					last[it.GetName()] = num
-				}
-			}
+		for name, h := range held {
+			// Nothing received yet (no time): counted as very old.
+			ages = append(ages, now.Sub(h.taken).Seconds())
+			last[name] = h.snapshot
 		}
 	}
 	elapsed := time.Since(start).Seconds()
@@ -321,7 +298,7 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 	intervals := elapsed / o.interval.Seconds()
 	var received float64
 	for name, num := range last {
-		received += float64(num - first[name])
+		received += float64(num - first[name].snapshot)
 	}
 	slices.Sort(ages)
 	pct := func(p float64) float64 {
@@ -341,19 +318,35 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 	}, nil
 }
 
-// newest is the snapshot number each volume's replica on nd reported.
-func newest(ctx context.Context, dyn dynamic.Interface, nd replica.Node) (map[string]int64, error) {
+// held is what a replica reported holding: its snapshot's number and when
+// it was taken (the Unix epoch when it reported none).
+type held struct {
+	snapshot int64
+	taken    time.Time
+}
+
+// reported is what each volume's replica on nd reported, by volume.
+func reported(ctx context.Context, dyn dynamic.Interface, nd replica.Node) (map[string]held, error) {
 	l, err := dyn.Resource(rvapi.GVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
+	out := map[string]held{}
 	for _, it := range l.Items {
 		reps, _, _ := unstructuredSlice(it.Object, "status", "replicas")
 		for _, r := range reps {
-			if m, _ := r.(map[string]any); m["node"] == string(nd) {
-				out[it.GetName()], _ = m["snapshot"].(int64)
+			m, _ := r.(map[string]any)
+			if m["node"] != string(nd) {
+				continue
 			}
+			h := held{taken: time.Unix(0, 0)}
+			h.snapshot, _ = m["snapshot"].(int64)
+			if s, _ := m["snapshotTime"].(string); s != "" {
+				if t, err := time.Parse(time.RFC3339, s); err == nil {
+					h.taken = t
+				}
+			}
+			out[it.GetName()] = h
 		}
 	}
 	return out, nil
