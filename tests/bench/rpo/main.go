@@ -258,11 +258,16 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 		}
 	}
 	kube := kubernetes.NewForConfigOrDie(api.Config)
-	cpu0, err := cpuOf(procs, zfsFuse, api)
-	if err != nil {
-		return result{}, err
+	// counters are the CPU seconds (cpuOf) and ReplicatedVolume writes so far.
+	counters := func() ([4]float64, float64, error) {
+		cpu, err := cpuOf(procs, zfsFuse, api)
+		if err != nil {
+			return cpu, 0, err
+		}
+		w, err := apimetrics.Writes(ctx, kube, "replicatedvolumes")
+		return cpu, w, err
 	}
-	w0, err := apimetrics.Writes(ctx, kube, "replicatedvolumes")
+	cpu0, w0, err := counters()
 	if err != nil {
 		return result{}, err
 	}
@@ -287,11 +292,7 @@ func measure(o options, api *kubeapi.Server, kubeconfig string, nodes [2]*node, 
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	cpu1, err := cpuOf(procs, zfsFuse, api)
-	if err != nil {
-		return result{}, err
-	}
-	w1, err := apimetrics.Writes(ctx, kube, "replicatedvolumes")
+	cpu1, w1, err := counters()
 	if err != nil {
 		return result{}, err
 	}
