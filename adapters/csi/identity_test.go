@@ -110,7 +110,7 @@ func TestSocketPathAcceptsAbsoluteUnixEndpointsOnly(t *testing.T) {
 	}
 }
 
-func TestTheServerServesOnAUnixSocketReplacingAStaleOneAndRemovesItOnStop(t *testing.T) {
+func TestTheServerServesOnUnixSocketsReplacingAStaleOneAndRemovesThemOnStop(t *testing.T) {
 	// Unix socket paths are limited to 108 bytes: t.TempDir() may be longer.
 	dir, err := os.MkdirTemp("", "ferry")
 	if err != nil {
@@ -124,31 +124,40 @@ func TestTheServerServesOnAUnixSocketReplacingAStaleOneAndRemovesItOnStop(t *tes
 	if err := os.WriteFile(sock, nil, 0o600); err != nil { // stale
 		t.Fatal(err)
 	}
+	// The kubelet's socket and the pod's own sidecars' (--csi-sidecar-endpoint).
+	sidecars := filepath.Join(dir, "sidecars", "csi.sock")
 	srv := csi.NewServer(zap.NewNop(), &csi.Identity{Name: driverName, Version: driverVersion}, nil, nil)
-	l, err := srv.Listen("unix://" + sock)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
+	served := make(chan error, 2)
+	for _, p := range []string{sock, sidecars} {
+		l, err := srv.Listen("unix://" + p)
+		if err != nil {
+			t.Fatalf("Listen %s: %v", p, err)
+		}
+		go func() { served <- srv.Serve(l) }()
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}))
-	if err != nil {
-		t.Fatal(err)
+	for _, p := range []string{sock, sidecars} {
+		conn, err := grpc.NewClient("unix://"+p, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", p)
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := spec.NewIdentityClient(conn).GetPluginInfo(ctx(t), &spec.GetPluginInfoRequest{})
+		wantCode(t, err, codes.OK)
+		if resp.GetName() != driverName {
+			t.Fatalf("%s: name = %q", p, resp.GetName())
+		}
+		_ = conn.Close()
 	}
-	resp, err := spec.NewIdentityClient(conn).GetPluginInfo(ctx(t), &spec.GetPluginInfoRequest{})
-	wantCode(t, err, codes.OK)
-	if resp.GetName() != driverName {
-		t.Fatalf("name = %q", resp.GetName())
-	}
-	_ = conn.Close()
 	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Stop(stop)
 	<-served
-	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the socket is left after Stop: %v", err)
+	<-served
+	for _, p := range []string{sock, sidecars} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the socket %s is left after Stop: %v", p, err)
+		}
 	}
 }

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Server is a gRPC server on a unix socket serving the given CSI services.
+// Server is a gRPC server on unix sockets serving the given CSI services.
 type Server struct {
-	grpc *grpc.Server
-	path string
+	grpc  *grpc.Server
+	paths []string // the sockets Listen bound, removed by Stop
 	log  *zap.Logger
 	// observe, when set, hears every call's method, code and duration
 	// (WithCallObserver).
@@ -70,6 +70,8 @@ func NewServer(log *zap.Logger, id *Identity, ctrl *Controller, node *Node, opts
 }
 
 // Listen binds the socket, replacing a stale one left by a previous run.
+// It may be called for several sockets (the kubelet's, the pod's own
+// sidecars'), each served by Serve.
 func (s *Server) Listen(endpoint string) (net.Listener, error) {
 	p, err := SocketPath(endpoint)
 	if err != nil {
@@ -85,7 +87,7 @@ func (s *Server) Listen(endpoint string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.path = p
+	s.paths = append(s.paths, p)
 	return l, nil
 }
 
@@ -101,8 +103,8 @@ func (s *Server) Stop(ctx context.Context) {
 	case <-ctx.Done():
 		s.grpc.Stop()
 	}
-	if s.path != "" {
-		_ = os.Remove(s.path)
+	for _, p := range s.paths {
+		_ = os.Remove(p)
 	}
 }
 

@@ -23,7 +23,18 @@ import (
 )
 
 // Lock is a held node lock.
-type Lock struct{ f *os.File }
+type Lock struct {
+	f *os.File
+	// contended: another daemon held the node when Acquire began (the
+	// lock, or an earlier daemon's socket answering).
+	contended bool
+}
+
+// Contended reports whether another daemon held the node when Acquire
+// began: in a surge the new daemon starts while the old one still runs,
+// so a new daemon that finds the node free was started after the old
+// one had already stopped (the node was without a daemon meanwhile).
+func (l *Lock) Contended() bool { return l != nil && l.contended }
 
 // Release gives the lock up (the process's exit does too).
 func (l *Lock) Release() error {
@@ -75,13 +86,14 @@ func Acquire(ctx context.Context, o Options) (*Lock, error) {
 			o.Waiting(why, time.Since(start))
 		}
 	}
-	held := false
+	held, contended := false, false
 	for {
 		if !held {
 			switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
 			case err == nil:
 				held = true
 			case errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR):
+				contended = true
 				report("another daemon of this node holds " + o.Path)
 			default:
 				f.Close()
@@ -90,8 +102,9 @@ func Acquire(ctx context.Context, o Options) (*Lock, error) {
 		}
 		if held {
 			if !answers(o.Socket) {
-				return &Lock{f: f}, nil
+				return &Lock{f: f, contended: contended}, nil
 			}
+			contended = true
 			report("a daemon without the lock still serves " + o.Socket)
 		}
 		select {

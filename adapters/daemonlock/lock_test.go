@@ -51,12 +51,19 @@ func got(t *testing.T, ch <-chan *Lock) *Lock {
 func TestASecondDaemonWaitsForTheFirstToStop(t *testing.T) {
 	o := Options{Path: filepath.Join(t.TempDir(), "run", "daemon.lock"), Poll: 10 * time.Millisecond}
 	old := got(t, acquired(o))
+	if old.Contended() {
+		t.Error("the first daemon found the node held")
+	}
 	next := acquired(o)
 	waiting(t, next, "the old daemon holds the lock")
 	if err := old.Release(); err != nil {
 		t.Fatal(err)
 	}
-	got(t, next).Release()
+	l := got(t, next)
+	defer l.Release()
+	if !l.Contended() {
+		t.Error("the new daemon, which waited for the old one, says it found the node free")
+	}
 }
 
 // A daemon of an earlier version holds no lock, but serves the CSI socket
@@ -74,7 +81,16 @@ func TestADaemonWithoutTheLockIsWaitedForByItsSocket(t *testing.T) {
 	next := acquired(o)
 	waiting(t, next, "an earlier daemon serves the CSI socket")
 	l.Close()
-	got(t, next).Release()
+	lock := got(t, next)
+	defer lock.Release()
+	if !lock.Contended() {
+		t.Error("the new daemon, which waited for the earlier one's socket, says it found the node free")
+	}
+	again := got(t, acquired(Options{Path: filepath.Join(dir, "other.lock"), Socket: sock}))
+	defer again.Release()
+	if again.Contended() {
+		t.Error("a stale socket file counted as a daemon holding the node")
+	}
 }
 
 func TestWaitingEndsWithTheContext(t *testing.T) {

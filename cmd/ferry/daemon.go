@@ -131,7 +131,9 @@ func acquireNodeLock(o *Options) (*daemonlock.Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the node's daemon lock: %w", err)
 	}
-	log.Info("this daemon has the node", zap.String("lock", o.NodeLock), zap.Duration("waited", time.Since(start)))
+	// (Found free, in a surge: the old daemon stopped before this one
+	// started, and the node was without a daemon meanwhile.)
+	log.Info("this daemon has the node", zap.String("lock", o.NodeLock), zap.Duration("waited", time.Since(start)), zap.Bool("heldByOther", l.Contended()))
 	return l, nil
 }
 

@@ -114,16 +114,21 @@ func csiServer(lc fx.Lifecycle, o CSIOptions, reg *prometheus.Registry, log *zap
 	srv := csi.NewServer(log.Named("csi"), svc.identity, svc.controller, svc.node, csi.WithCallObserver(metrics.NewCSI(reg).Observe))
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			l, err := srv.Listen(o.CSIEndpoint)
-			if err != nil {
-				return fmt.Errorf("csi endpoint: %w", err)
-			}
-			go func() {
-				if err := srv.Serve(l); err != nil && err != net.ErrClosed {
-					log.Error("csi server stopped", zap.Error(err))
+			for _, ep := range []string{o.CSIEndpoint, o.SidecarEndpoint} {
+				if ep == "" {
+					continue
 				}
-			}()
-			log.Info("serving csi", zap.String("endpoint", o.CSIEndpoint))
+				l, err := srv.Listen(ep)
+				if err != nil {
+					return fmt.Errorf("csi endpoint: %w", err)
+				}
+				go func() {
+					if err := srv.Serve(l); err != nil && err != net.ErrClosed {
+						log.Error("csi server stopped", zap.String("endpoint", ep), zap.Error(err))
+					}
+				}()
+				log.Info("serving csi", zap.String("endpoint", ep))
+			}
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {

@@ -62,6 +62,11 @@ type StoreOptions struct {
 // CSIOptions: the CSI services (daemon, controller).
 type CSIOptions struct {
 	CSIEndpoint string
+	// daemon: a second socket for the pod's own sidecars (an emptyDir
+	// only its containers share), served with CSIEndpoint: a surge's new
+	// pod's sidecars then wait for their own daemon, never connect to the
+	// old one's socket and lose it when the old one stops ("" : none).
+	SidecarEndpoint string
 	NodeLock    string // the daemon's node lock (daemonlock)
 	KubeletDir  string // daemon: every pod target path lies below it
 	// daemon: registration with the kubelet (plugin registration API)
@@ -163,6 +168,7 @@ func daemonFlags(fs *flag.FlagSet) *Options {
 	storeFlags(fs, o)
 	peerFlags(fs, o)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock", "CSI node service socket")
+	fs.StringVar(&o.SidecarEndpoint, "csi-sidecar-endpoint", "", "a second CSI socket, for this pod's own sidecars (on a directory only the pod's containers share, e.g. an emptyDir): during a rolling update with a surge the new pod's sidecars wait there until their own daemon has the node, instead of connecting to the old daemon's --csi-endpoint and exiting when it stops (an exit makes a pod unready, and the DaemonSet deletes an unready old pod at once); empty: none")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", volume.DefaultKubeletDir, "the kubelet's root directory (its --root-dir), as an absolute path without symlinks; NodePublishVolume mounts only below it")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "the kubelet's plugin registry directory, where the registration socket is served (default <kubelet-dir>/plugins_registry; none: do not register; skipped with a warning when it does not exist)")
 	fs.BoolVar(&o.ServeController, "serve-controller", false, "also serve the CSI Controller service on the node's socket, for provisioner and snapshotter sidecars deployed on every node (--node-deployment); volumes then grow on the node (default false)")

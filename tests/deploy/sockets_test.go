@@ -110,10 +110,27 @@ func TestEverySidecarDialsTheSocketTheFerryContainerServes(t *testing.T) {
 			t.Error(err)
 			continue
 		}
+		// The node plugin's sidecars dial the socket it serves for them
+		// alone, on a volume no other pod shares: during a surge the new
+		// pod's sidecars must wait for their own daemon (a sidecar that
+		// dialled the old daemon's socket exits when it stops, and an
+		// old pod unready for that moment is deleted by the DaemonSet at
+		// once, leaving the node without a daemon for the new pod's pull).
+		if ep, ok := flagValue(argv, "csi-sidecar-endpoint"); ok {
+			u, err := url.Parse(ep)
+			if err != nil || u.Scheme != "unix" || !path.IsAbs(u.Path) {
+				t.Errorf("%s container ferry: --csi-sidecar-endpoint=%s is not unix:///absolute/path", w.object, ep)
+				continue
+			}
+			sock = u.Path
+		}
 		vol, rel, ok := onVolume(c, sock)
 		if !ok {
 			t.Errorf("%s: container ferry serves %s on no volume, so no sidecar can reach it", w.object, sock)
 			continue
+		}
+		if v, found := volumeNamed(w, vol); w.mode == "daemon" && hasSidecars(w) && (!found || v.EmptyDir == nil) {
+			t.Errorf("%s: the node plugin's sidecars dial %s on volume %q, which is no emptyDir: a surge's new pod's sidecars would dial the old daemon and exit when it stops (serve them --csi-sidecar-endpoint on an emptyDir)", w.object, sock, vol)
 		}
 		sidecars := 0
 		for _, s := range w.template.Spec.Containers {
@@ -132,6 +149,16 @@ func TestEverySidecarDialsTheSocketTheFerryContainerServes(t *testing.T) {
 			t.Errorf("%s: no sidecar container passes --csi-address", w.object)
 		}
 	}
+}
+
+// hasSidecars says whether a container other than ferry dials a CSI socket.
+func hasSidecars(w workload) bool {
+	for _, s := range w.template.Spec.Containers {
+		if _, ok := flagValue(s.Args, "csi-address"); ok && s.Name != "ferry" {
+			return true
+		}
+	}
+	return false
 }
 
 func volumeNamed(w workload, name string) (corev1.Volume, bool) {

@@ -195,6 +195,18 @@ func TestUpgradeMovesNothing(t *testing.T) {
 		lock, serve := strings.Index(logs, "this daemon has the node"), strings.Index(logs, `"serving csi"`)
 		if lock < 0 || serve < 0 || serve < lock || strings.Contains(logs[lock:], "waiting for the node's other daemon") {
 			t.Errorf("daemon %s served before it had the node (lock at %d, csi at %d)", p, lock, serve)
+			continue
+		}
+		// And it started while the old one still ran: the surge kept the
+		// old pod until the new one's daemon waited on the lock. (An old
+		// pod unready for a moment, a sidecar of it restarting, is
+		// deleted by the DaemonSet at once: its node then has no daemon
+		// for the whole of the new pod's pull. An earlier release whose
+		// sidecars dial the kubelet's socket, not their pod's own, has
+		// them exit once their daemon is replaced, FERRY_UPGRADE_FROM
+		// older than --csi-sidecar-endpoint may fail here.)
+		if line, _, _ := strings.Cut(logs[lock:], "\n"); !strings.Contains(line, `"heldByOther":true`) {
+			t.Errorf("daemon %s found its node without a daemon: the old one had stopped before it started, so the node had none meanwhile: %s", p, line)
 		}
 	}
 
