@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ferry-csi/ferry/domain/liveness"
 	"github.com/ferry-csi/ferry/domain/placement"
 	"github.com/ferry-csi/ferry/domain/replica"
 	"github.com/ferry-csi/ferry/domain/volume"
@@ -69,4 +70,13 @@ type ReplicaRollout interface {
 	// Renew restarts a replica pod's volume manager on this daemon's
 	// version in place: the pod, its node and its copy stay.
 	Renew(ctx context.Context, id volume.ID, pod string) error
+}
+
+// NextDaemons tells a stopping daemon about the pod that replaces its own
+// on its node (liveness.Handover decides whether it keeps the node
+// meanwhile).
+type NextDaemons interface {
+	// NextDaemon reads the other pod of this daemon's DaemonSet on its
+	// node, if any, and when this daemon's own pod is killed.
+	NextDaemon(ctx context.Context) (liveness.NextDaemon, error)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/ferry-csi/ferry/adapters/kube/lostnode"
 	"github.com/ferry-csi/ferry/adapters/kube/nodelabels"
 	"github.com/ferry-csi/ferry/adapters/kube/peerdir"
+	"github.com/ferry-csi/ferry/adapters/kube/workload"
 	"github.com/ferry-csi/ferry/adapters/metrics"
 	"github.com/ferry-csi/ferry/adapters/mount"
 	"github.com/ferry-csi/ferry/adapters/nodefence"
@@ -65,6 +67,19 @@ func daemonApp(o *Options) fx.Option {
 			// The copies kept aside: counted, and listed on GET /kept
 			// (kubectl ferry fenced).
 			mux.Handle("GET /kept", metrics.NewKept(reg, o.NodeID, kept.ListKept))
+		}),
+		// A SIGTERM while the pod replacing this one has not started its
+		// daemon (a surge deleting an old pod that was unready for a
+		// moment, its successor still pulling) keeps the node's duties
+		// until it has, or until the pod's grace period is about to end.
+		fx.Provide(func(api *kubeAPI, log *zap.Logger) stopHold {
+			pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+			if api == nil || pod == "" || ns == "" {
+				return nil
+			}
+			next := workload.NextDaemons{Client: api.kube, Namespace: ns, Pod: pod, Container: "ferry"}
+			cfg := orchestration.HandoverConfig{Margin: o.StopTimeout + 5*time.Second, Unread: 10 * time.Second}
+			return func(ctx context.Context) { orchestration.HandOver(ctx, cfg, next, time.Now, log.Named("handover")) }
 		}),
 		// Last to start, first to stop: a stopping daemon drains its calls
 		// in flight (up to --stop-timeout) while its Lease is still renewed

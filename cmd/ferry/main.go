@@ -136,16 +136,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 0 // stopped while waiting
 			}
 		}
-		return runApp(fx.New(m.app(opts)), opts.StopTimeout, stderr)
+		var hold stopHold
+		options := []fx.Option{m.app(opts)}
+		if m.name == "daemon" {
+			options = append(options, fx.Populate(&hold))
+		}
+		app := fx.New(options...)
+		return runApp(app, opts.StopTimeout, stderr, hold)
 	}
 	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])
 	usage(stderr)
 	return 2
 }
 
-// runApp starts the application, waits for SIGTERM or SIGINT, and stops it
-// within stopTimeout: calls in flight finish, sockets are removed.
-func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer) int {
+// stopHold is what a mode does between SIGTERM and its stop, the whole
+// application still running (nil: nothing); its context ends on a second
+// signal.
+type stopHold func(ctx context.Context)
+
+// runApp starts the application, waits for SIGTERM or SIGINT, holds (when
+// hold is set), and stops it within stopTimeout: calls in flight finish,
+// sockets are removed.
+func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopHold) int {
 	if err := app.Err(); err != nil {
 		fmt.Fprintf(stderr, "ferry: %v\n", err)
 		return 1
@@ -161,6 +173,18 @@ func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer) int {
 	var code int
 	select {
 	case <-sig:
+		if hold != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-sig:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			hold(ctx)
+			cancel()
+		}
 	case s := <-app.Wait():
 		code = s.ExitCode
 	}

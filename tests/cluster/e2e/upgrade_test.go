@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -162,7 +163,21 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	// Lease): only a surge, the old daemon working on meanwhile, moves
 	// nothing.
 	start := time.Now()
+	// Meanwhile an old daemon pod not rolled yet is made unready (a
+	// sidecar of it killed twice: the kubelet restarts it the second
+	// time only after a back-off): the DaemonSet surges onto its node at
+	// once and deletes it as soon as its successor exists, 15 s before
+	// that one's daemon starts. Its daemon keeps the node until then
+	// (liveness.Handover: the old release's, so a FERRY_UPGRADE_FROM
+	// older than that fails here).
+	disturbed := make(chan string, 1)
+	go func() { disturbed <- unreadyAnOldDaemonPod(t, from) }()
 	install(t, "../../..", "", 15*time.Second)
+	if d := <-disturbed; d == "" {
+		t.Error("no old daemon pod was deleted before its successor's daemon started: the roll was not disturbed as meant, so the handover it checks was not exercised")
+	} else {
+		t.Logf("disturbed: %s", d)
+	}
 	eventually(t, "every replica pod of the volume running "+to, 600*time.Second, func() (bool, string) {
 		imgs, ids := replicaImages(t, vol), daemonImageIDs(t, to)
 		for _, i := range imgs {
@@ -283,4 +298,146 @@ func TestUpgradeMovesNothing(t *testing.T) {
 		return lost == 0, fmt.Sprintf("last lines %v", lasts)
 	})
 	fmt.Printf("upgrade: %.1f s, pause max %.1f s, lost writes: %d\n", took.Seconds(), float64(pause)/1000, lost)
+}
+
+// daemonPod is a node daemon pod as the disturbance reads it.
+type daemonPod struct {
+	Metadata struct {
+		Name              string  `json:"name"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName   string `json:"nodeName"`
+		Containers []struct {
+			Name  string `json:"name"`
+			Image string `json:"image"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		ContainerStatuses []struct {
+			Name         string `json:"name"`
+			ContainerID  string `json:"containerID"`
+			RestartCount int    `json:"restartCount"`
+			State        struct {
+				Running *struct{} `json:"running"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p daemonPod) image() string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "ferry" {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func (p daemonPod) container(name string) (id string, restarts int, running bool) {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == name {
+			return strings.TrimPrefix(c.ContainerID, "containerd://"), c.RestartCount, c.State.Running != nil
+		}
+	}
+	return "", 0, false
+}
+
+func daemonPods(t *testing.T) []daemonPod {
+	out, err := kubectl(t, "", "-n", "ferry-system", "get", "pods", "-l", "app.kubernetes.io/component=node", "-o", "json")
+	if err != nil {
+		return nil
+	}
+	var l struct {
+		Items []daemonPod `json:"items"`
+	}
+	if json.Unmarshal([]byte(out), &l) != nil {
+		return nil
+	}
+	return l.Items
+}
+
+// unreadyAnOldDaemonPod waits, during a roll away from image from, until
+// the DaemonSet has begun (a pod not on from), then kills the
+// csi-snapshotter of an old pod on a node not rolled yet twice (through
+// that node's containerd), and watches that pod: it returns "<pod> on
+// <node>" once the DaemonSet deleted it while its successor's daemon had
+// not started, "" if that did not happen within the roll.
+func unreadyAnOldDaemonPod(t *testing.T, from string) string {
+	deadline := time.Now().Add(5 * time.Minute)
+	var victim daemonPod
+	for victim.Metadata.Name == "" {
+		if time.Now().After(deadline) {
+			t.Log("disturbance: the roll never began")
+			return ""
+		}
+		time.Sleep(200 * time.Millisecond)
+		pods := daemonPods(t)
+		rolling := map[string]bool{}
+		for _, p := range pods {
+			if p.image() != from {
+				rolling[p.Spec.NodeName] = true
+			}
+		}
+		if len(rolling) == 0 {
+			continue
+		}
+		for _, p := range pods {
+			if _, _, running := p.container("csi-snapshotter"); p.image() == from && !rolling[p.Spec.NodeName] && p.Metadata.DeletionTimestamp == nil && running {
+				victim = p
+				break
+			}
+		}
+	}
+	kill := func(p daemonPod) bool {
+		id, _, _ := p.container("csi-snapshotter")
+		sock := filepath.Join(envOr("FERRY_E2E_DIR", "/var/lib/ferry-e2e"), "nodes", p.Spec.NodeName, "containerd", "containerd.sock")
+		out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
+		if err != nil {
+			t.Logf("disturbance: kill the csi-snapshotter of %s: %v %s", p.Metadata.Name, err, out)
+			return false
+		}
+		return true
+	}
+	if !kill(victim) {
+		return ""
+	}
+	name, node := victim.Metadata.Name, victim.Spec.NodeName
+	killedAgain := false
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		var old, next *daemonPod
+		for _, p := range daemonPods(t) {
+			switch {
+			case p.Metadata.Name == name:
+				old = &p
+			case p.Spec.NodeName == node && p.Metadata.DeletionTimestamp == nil:
+				next = &p
+			}
+		}
+		if old == nil {
+			t.Logf("disturbance: %s is gone", name)
+			return ""
+		}
+		if old.Metadata.DeletionTimestamp != nil {
+			if next == nil {
+				continue // the successor not listed yet
+			}
+			if _, _, running := next.container("ferry"); running {
+				t.Logf("disturbance: %s was deleted only once %s's daemon ran", name, next.Metadata.Name)
+				return ""
+			}
+			return name + " on " + node
+		}
+		if _, restarts, running := old.container("csi-snapshotter"); !killedAgain && restarts >= 1 && running {
+			// Restarted at once the first time; the second time only
+			// after the kubelet's back-off, long enough for the
+			// DaemonSet to see the pod unready.
+			if !kill(*old) {
+				return ""
+			}
+			killedAgain = true
+		}
+	}
+	return ""
 }

@@ -1,0 +1,74 @@
+package liveness
+
+import (
+	"fmt"
+	"time"
+)
+
+// The handover of a node's duties from a stopping daemon to the next. A
+// rolling update with a surge starts the new daemon pod next to the old
+// one and deletes the old one once the new one runs: the new daemon waits
+// on the node lock, so the node is without a daemon only for the old
+// one's stop. But the DaemonSet deletes an old pod that is unready at
+// once, as soon as its successor exists: a sidecar of it restarting, for
+// one moment, is enough, and the successor may still be pulling its image
+// for minutes. A daemon that stopped then would leave its node without a
+// Lease and a guard for the whole pull: the volume managers' watchdogs
+// fence its primaries, the other nodes take them over. So a daemon told
+// to stop while the pod that replaces it has not started its daemon keeps
+// the node's duties until it has (its SIGTERM holds), or until its own
+// grace period is about to end; with no successor (an uninstall, a node
+// removed) it stops at once.
+
+// NextDaemon is what a stopping daemon read of the pod that replaces it on
+// its node.
+type NextDaemon struct {
+	// Found: another pod of the daemon's own DaemonSet, on its node, not
+	// being deleted.
+	Found bool
+	Pod   string
+	// Running: that pod's daemon container has started (it waits for the
+	// node lock, which this daemon's exit frees).
+	Running bool
+	// GraceEnds: when this daemon's pod is killed (its deletion
+	// timestamp); zero when not known.
+	GraceEnds time.Time
+}
+
+// HandoverInput is what a stopping daemon knows when it looks.
+type HandoverInput struct {
+	// Read: Next was read now (false: the API server did not answer).
+	Read      bool
+	Next NextDaemon
+	Now       time.Time
+	// Since: when the stop was asked (the SIGTERM).
+	Since time.Time
+	// Margin: what the daemon needs to stop cleanly before its grace ends.
+	Margin time.Duration
+	// Unread: how long a stop waits for the successor to be read at all.
+	Unread time.Duration
+}
+
+// HandoverVerdict says whether the daemon keeps the node for now.
+type HandoverVerdict struct {
+	Hold   bool
+	Reason string
+}
+
+// Handover is the rule (see above).
+func Handover(in HandoverInput) HandoverVerdict {
+	s := in.Next
+	switch {
+	case !in.Read && in.Now.Sub(in.Since) < in.Unread:
+		return HandoverVerdict{Hold: true, Reason: "the node's daemon pods cannot be read: looking again before stopping"}
+	case !in.Read:
+		return HandoverVerdict{Reason: fmt.Sprintf("the node's daemon pods could not be read for %s: stopping without knowing of a successor", in.Unread)}
+	case !s.Found:
+		return HandoverVerdict{Reason: "no other daemon pod on this node (an uninstall, a node drained or removed): nothing to hand the node over to"}
+	case s.Running:
+		return HandoverVerdict{Reason: fmt.Sprintf("the next daemon (pod %s) has started and waits for the node", s.Pod)}
+	case !s.GraceEnds.IsZero() && !in.Now.Before(s.GraceEnds.Add(-in.Margin)):
+		return HandoverVerdict{Reason: fmt.Sprintf("this pod's grace period ends and the next daemon (pod %s) has not started: the node is without a daemon until it does", s.Pod)}
+	}
+	return HandoverVerdict{Hold: true, Reason: fmt.Sprintf("the next daemon's pod %s has not started its daemon yet (its image pulled, its init containers): this daemon keeps the node's lease, guard and services until it does", s.Pod)}
+}
