@@ -21,7 +21,7 @@ import (
 type Server struct {
 	grpc  *grpc.Server
 	paths []string // the sockets Listen bound, removed by Stop
-	log  *zap.Logger
+	log   *zap.Logger
 	// observe, when set, hears every call's method, code and duration
 	// (WithCallObserver).
 	observe func(method string, code codes.Code, took time.Duration)

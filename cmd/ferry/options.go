@@ -67,8 +67,8 @@ type CSIOptions struct {
 	// pod's sidecars then wait for their own daemon, never connect to the
 	// old one's socket and lose it when the old one stops ("" : none).
 	SidecarEndpoint string
-	NodeLock    string // the daemon's node lock (daemonlock)
-	KubeletDir  string // daemon: every pod target path lies below it
+	NodeLock        string // the daemon's node lock (daemonlock)
+	KubeletDir      string // daemon: every pod target path lies below it
 	// daemon: registration with the kubelet (plugin registration API)
 	RegistrationDir  string
 	RegistrationPath string

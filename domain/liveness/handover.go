@@ -38,9 +38,9 @@ type NextDaemon struct {
 // HandoverInput is what a stopping daemon knows when it looks.
 type HandoverInput struct {
 	// Read: Next was read now (false: the API server did not answer).
-	Read      bool
+	Read bool
 	Next NextDaemon
-	Now       time.Time
+	Now  time.Time
 	// Since: when the stop was asked (the SIGTERM).
 	Since time.Time
 	// Margin: what the daemon needs to stop cleanly before its grace ends.
