@@ -14,10 +14,13 @@ import (
 type HandoverConfig struct {
 	// Poll is how often the next daemon is read (0: 500 ms).
 	Poll time.Duration
+	// ReadTimeout bounds one read (0: 3 s): an API server that does not
+	// answer must not hold the stop past the checks below.
+	ReadTimeout time.Duration
 	// Margin is what the daemon needs to stop before its pod's grace
 	// period ends (liveness.HandoverInput.Margin).
 	Margin time.Duration
-	// Unread is how long an unreadable next daemon is tried for.
+	// Unread is how old the last read may be (liveness.HandoverInput.Unread).
 	Unread time.Duration
 }
 
@@ -29,17 +32,26 @@ func HandOver(ctx context.Context, cfg HandoverConfig, next ports.NextDaemons, n
 	if cfg.Poll <= 0 {
 		cfg.Poll = 500 * time.Millisecond
 	}
-	since := now()
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 3 * time.Second
+	}
+	in := liveness.HandoverInput{Since: now(), Margin: cfg.Margin, Unread: cfg.Unread}
 	said := ""
 	for {
-		read, err := next.NextDaemon(ctx)
-		v := liveness.Handover(liveness.HandoverInput{Read: err == nil, Next: read, Now: now(), Since: since, Margin: cfg.Margin, Unread: cfg.Unread})
+		rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
+		read, err := next.NextDaemon(rctx)
+		cancel()
+		in.Now = now()
+		if err == nil {
+			in.Next, in.ReadAt = read, in.Now
+		}
+		v := liveness.Handover(in)
 		if v.Reason != said {
 			said = v.Reason
 			if v.Hold {
 				log.Warn("stopping: this daemon keeps the node until the next one has started", zap.String("reason", v.Reason), zap.Error(err))
 			} else {
-				log.Info("stopping: the node handed over", zap.String("reason", v.Reason), zap.Duration("held", now().Sub(since)), zap.Error(err))
+				log.Info("stopping: the node handed over", zap.String("reason", v.Reason), zap.Duration("held", in.Now.Sub(in.Since)), zap.Error(err))
 			}
 		}
 		if !v.Hold {
@@ -47,7 +59,7 @@ func HandOver(ctx context.Context, cfg HandoverConfig, next ports.NextDaemons, n
 		}
 		select {
 		case <-ctx.Done():
-			log.Warn("stopping: the wait for the next daemon was cut short (a second signal)", zap.Duration("held", now().Sub(since)))
+			log.Warn("stopping: the wait for the next daemon was cut short (a second signal)", zap.Duration("held", now().Sub(in.Since)))
 			return
 		case <-time.After(cfg.Poll):
 		}

@@ -28,19 +28,35 @@ func (n *nextDaemons) NextDaemon(context.Context) (liveness.NextDaemon, error) {
 	return n.answers[i], n.errs[i]
 }
 
+// blockingNext never answers until its context ends.
+type blockingNext struct{}
+
+func (blockingNext) NextDaemon(ctx context.Context) (liveness.NextDaemon, error) {
+	<-ctx.Done()
+	return liveness.NextDaemon{}, ctx.Err()
+}
+
 // A stopping daemon whose successor is still pulling keeps the node and
 // returns once the successor's daemon has started; with none it returns
 // at once; a read that fails is tried again.
 func TestAStoppingDaemonHandsItsNodeOverOnlyOnceTheNextHasStarted(t *testing.T) {
-	pulling := liveness.NextDaemon{Found: true, Pod: "new"}
-	started := liveness.NextDaemon{Found: true, Pod: "new", Running: true}
+	pulling := liveness.NextDaemon{Deleting: true, Found: true, Pod: "new"}
+	started := liveness.NextDaemon{Deleting: true, Found: true, Pod: "new", Running: true}
 	cfg := HandoverConfig{Poll: time.Millisecond, Margin: time.Second, Unread: time.Hour}
 	n := &nextDaemons{answers: []liveness.NextDaemon{{}, pulling, pulling, started}, errs: []error{errors.New("apiserver away"), nil, nil, nil}}
 	HandOver(context.Background(), cfg, n, time.Now, zap.NewNop())
 	if n.reads != 4 {
 		t.Errorf("returned after %d reads, want 4 (unreadable, pulling, pulling, started)", n.reads)
 	}
-	none := &nextDaemons{answers: []liveness.NextDaemon{{}}, errs: []error{nil}}
+	// A read that does not answer is cut short, and the stop does not
+	// wait past Unread for a first answer.
+	stuck := blockingNext{}
+	start := time.Now()
+	HandOver(context.Background(), HandoverConfig{Poll: time.Millisecond, ReadTimeout: 20 * time.Millisecond, Unread: 100 * time.Millisecond}, stuck, time.Now, zap.NewNop())
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("an API server that never answers held the stop %s", took)
+	}
+	none := &nextDaemons{answers: []liveness.NextDaemon{{Deleting: true}}, errs: []error{nil}}
 	HandOver(context.Background(), cfg, none, time.Now, zap.NewNop())
 	if none.reads != 1 {
 		t.Errorf("no successor: %d reads, want 1", none.reads)

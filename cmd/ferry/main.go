@@ -141,8 +141,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if m.name == "daemon" {
 			options = append(options, fx.Populate(&hold))
 		}
+		sig := make(chan os.Signal, 2)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(sig)
 		app := fx.New(options...)
-		return runApp(app, opts.StopTimeout, stderr, hold)
+		return runApp(app, opts.StopTimeout, stderr, hold, sig)
 	}
 	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])
 	usage(stderr)
@@ -154,10 +157,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 // signal.
 type stopHold func(ctx context.Context)
 
-// runApp starts the application, waits for SIGTERM or SIGINT, holds (when
-// hold is set), and stops it within stopTimeout: calls in flight finish,
-// sockets are removed.
-func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopHold) int {
+// runApp starts the application, waits for a signal on sig (SIGTERM or
+// SIGINT), holds (when hold is set; a second signal cuts it short), and
+// stops it within stopTimeout: calls in flight finish, sockets are
+// removed.
+func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopHold, sig <-chan os.Signal) int {
 	if err := app.Err(); err != nil {
 		fmt.Fprintf(stderr, "ferry: %v\n", err)
 		return 1
@@ -168,8 +172,13 @@ func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopH
 		fmt.Fprintf(stderr, "ferry: start: %v\n", err)
 		return 1
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	// fx's own wait listens for the same signals: with a hold, the
+	// signals are this function's alone (fx's could win the first one and
+	// skip the hold). Nothing in Ferry asks fx to shut down.
+	var fxWait <-chan fx.ShutdownSignal
+	if hold == nil {
+		fxWait = app.Wait()
+	}
 	var code int
 	select {
 	case <-sig:
@@ -185,7 +194,7 @@ func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopH
 			hold(ctx)
 			cancel()
 		}
-	case s := <-app.Wait():
+	case s := <-fxWait:
 		code = s.ExitCode
 	}
 	stopCtx, cancel2 := context.WithTimeout(context.Background(), stopTimeout)

@@ -20,32 +20,37 @@ import (
 // grace period is about to end; with no successor (an uninstall, a node
 // removed) it stops at once.
 
-// NextDaemon is what a stopping daemon read of the pod that replaces it on
-// its node.
+// NextDaemon is what a stopping daemon read of its own pod and of the pod
+// that replaces it on its node.
 type NextDaemon struct {
-	// Found: another pod of the daemon's own DaemonSet, on its node, not
-	// being deleted.
+	// Deleting: the daemon's own pod is being deleted (a DaemonSet
+	// replacing it always deletes it first; a SIGTERM without that, a
+	// node shutting down, a kill, hands nothing over).
+	Deleting bool
+	// Grace: the own pod's deletion grace period (0: not known).
+	Grace time.Duration
+	// Found: another pod of the daemon's own DaemonSet for its node (bound
+	// to it, or not scheduled yet but meant for it), not being deleted and
+	// not ended.
 	Found bool
 	Pod   string
 	// Running: that pod's daemon container has started (it waits for the
 	// node lock, which this daemon's exit frees).
 	Running bool
-	// GraceEnds: when this daemon's pod is killed (its deletion
-	// timestamp); zero when not known.
-	GraceEnds time.Time
 }
 
 // HandoverInput is what a stopping daemon knows when it looks.
 type HandoverInput struct {
-	// Read: Next was read now (false: the API server did not answer).
-	Read bool
-	Next NextDaemon
-	Now  time.Time
-	// Since: when the stop was asked (the SIGTERM).
+	// Next is the last read of the pods, at ReadAt (zero: none yet).
+	Next   NextDaemon
+	ReadAt time.Time
+	Now    time.Time
+	// Since: when the stop was asked (the SIGTERM), on the same clock.
 	Since time.Time
 	// Margin: what the daemon needs to stop cleanly before its grace ends.
 	Margin time.Duration
-	// Unread: how long a stop waits for the successor to be read at all.
+	// Unread: how old the last read may be (or, with none, how long a
+	// stop waits for the first).
 	Unread time.Duration
 }
 
@@ -55,20 +60,23 @@ type HandoverVerdict struct {
 	Reason string
 }
 
-// Handover is the rule (see above).
+// Handover is the rule (see above). The grace period counts from the
+// SIGTERM on the daemon's own clock, never the API server's.
 func Handover(in HandoverInput) HandoverVerdict {
 	s := in.Next
 	switch {
-	case !in.Read && in.Now.Sub(in.Since) < in.Unread:
-		return HandoverVerdict{Hold: true, Reason: "the node's daemon pods cannot be read: looking again before stopping"}
-	case !in.Read:
+	case in.ReadAt.IsZero() && in.Now.Sub(in.Since) < in.Unread:
+		return HandoverVerdict{Hold: true, Reason: "the node's daemon pods cannot be read yet: looking again before stopping"}
+	case in.ReadAt.IsZero() || in.Now.Sub(in.ReadAt) >= in.Unread:
 		return HandoverVerdict{Reason: fmt.Sprintf("the node's daemon pods could not be read for %s: stopping without knowing of a successor", in.Unread)}
+	case !s.Deleting:
+		return HandoverVerdict{Reason: "this daemon's pod is not being deleted (a node shutting down, a process killed): nothing replaces it"}
 	case !s.Found:
-		return HandoverVerdict{Reason: "no other daemon pod on this node (an uninstall, a node drained or removed): nothing to hand the node over to"}
+		return HandoverVerdict{Reason: "no other daemon pod for this node (an uninstall, a node drained or removed): nothing to hand the node over to"}
 	case s.Running:
 		return HandoverVerdict{Reason: fmt.Sprintf("the next daemon (pod %s) has started and waits for the node", s.Pod)}
-	case !s.GraceEnds.IsZero() && !in.Now.Before(s.GraceEnds.Add(-in.Margin)):
+	case s.Grace > 0 && !in.Now.Before(in.Since.Add(s.Grace-in.Margin)):
 		return HandoverVerdict{Reason: fmt.Sprintf("this pod's grace period ends and the next daemon (pod %s) has not started: the node is without a daemon until it does", s.Pod)}
 	}
-	return HandoverVerdict{Hold: true, Reason: fmt.Sprintf("the next daemon's pod %s has not started its daemon yet (its image pulled, its init containers): this daemon keeps the node's lease, guard and services until it does", s.Pod)}
+	return HandoverVerdict{Hold: true, Reason: fmt.Sprintf("the next daemon's pod %s has not started its daemon yet (scheduled, its image pulled, its init containers): this daemon keeps the node's lease, guard and services until it does", s.Pod)}
 }

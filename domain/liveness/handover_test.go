@@ -8,26 +8,36 @@ import (
 
 func TestAStoppingDaemonKeepsItsNodeUntilTheDaemonReplacingItHasStarted(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
-	grace := t0.Add(300 * time.Second)
-	in := func(read bool, s NextDaemon, now time.Duration) HandoverInput {
-		return HandoverInput{Read: read, Next: s, Now: t0.Add(now), Since: t0, Margin: 10 * time.Second, Unread: 10 * time.Second}
+	const grace = 300 * time.Second
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	in := func(s NextDaemon, readAt, now time.Duration) HandoverInput {
+		r := time.Time{}
+		if readAt >= 0 {
+			r = at(readAt)
+		}
+		return HandoverInput{Next: s, ReadAt: r, Now: at(now), Since: t0, Margin: 35 * time.Second, Unread: 10 * time.Second}
 	}
-	pulling := NextDaemon{Found: true, Pod: "ferry-node-new", GraceEnds: grace}
+	pulling := NextDaemon{Deleting: true, Grace: grace, Found: true, Pod: "ferry-node-new"}
+	started := pulling
+	started.Running = true
 	cases := []struct {
 		name string
 		in   HandoverInput
 		hold bool
 		why  string
 	}{
-		{"no successor (uninstall, node removed): stop at once", in(true, NextDaemon{GraceEnds: grace}, 0), false, "nothing to hand"},
-		{"the successor still pulling its image: hold", in(true, pulling, 0), true, "has not started its daemon"},
-		{"still pulling a while later: hold", in(true, pulling, 200*time.Second), true, "has not started its daemon"},
-		{"the successor's daemon started: stop", in(true, NextDaemon{Found: true, Pod: "ferry-node-new", Running: true, GraceEnds: grace}, 5*time.Second), false, "has started"},
-		{"the grace period about to end: stop", in(true, pulling, 290*time.Second), false, "grace period ends"},
-		{"the grace period past: stop", in(true, pulling, 400*time.Second), false, "grace period ends"},
-		{"no grace known: hold while pulling", in(true, NextDaemon{Found: true, Pod: "ferry-node-new"}, time.Hour), true, "has not started"},
-		{"the pods unreadable: look again", in(false, NextDaemon{}, 3*time.Second), true, "cannot be read"},
-		{"the pods unreadable for long: stop", in(false, NextDaemon{}, 10*time.Second), false, "could not be read"},
+		{"no successor (uninstall, node removed): stop at once", in(NextDaemon{Deleting: true, Grace: grace}, 0, 0), false, "nothing to hand"},
+		{"the own pod not being deleted (node shutdown, a kill): stop at once", in(NextDaemon{Found: true, Pod: "ferry-node-new"}, 0, 0), false, "not being deleted"},
+		{"the successor not started (unscheduled, pulling): hold", in(pulling, 0, 0), true, "has not started its daemon"},
+		{"still pulling a while later: hold", in(pulling, 200*time.Second, 200*time.Second), true, "has not started its daemon"},
+		{"the successor's daemon started: stop", in(started, 5*time.Second, 5*time.Second), false, "has started"},
+		{"the grace period less the margin reached: stop", in(pulling, 265*time.Second, 265*time.Second), false, "grace period ends"},
+		{"just before it: hold", in(pulling, 264*time.Second, 264*time.Second), true, "has not started"},
+		{"no grace known: hold while it pulls", in(NextDaemon{Deleting: true, Found: true, Pod: "ferry-node-new"}, time.Hour, time.Hour), true, "has not started"},
+		{"never read yet: look again", in(NextDaemon{}, -1, 3*time.Second), true, "cannot be read"},
+		{"never read for long: stop", in(NextDaemon{}, -1, 10*time.Second), false, "could not be read"},
+		{"read once, then unreadable but recently: the last read holds", in(pulling, 60*time.Second, 65*time.Second), true, "has not started"},
+		{"read once, then unreadable for long: stop", in(pulling, 60*time.Second, 70*time.Second), false, "could not be read"},
 	}
 	for _, c := range cases {
 		v := Handover(c.in)

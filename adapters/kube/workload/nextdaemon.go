@@ -3,9 +3,11 @@ package workload
 import (
 	"context"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-csi/ferry/domain/liveness"
@@ -14,7 +16,10 @@ import (
 
 // NextDaemons reads, for the daemon of pod Namespace/Pod, the pod that
 // replaces it on its node: another pod of the same DaemonSet (by the
-// controller's UID) on the same node, not being deleted.
+// controller's UID) for the same node, bound to it or not scheduled yet
+// (the DaemonSet controller makes its pods with a node affinity naming
+// their node, and deletes an unready old pod as soon as the new one
+// exists), not being deleted and not ended.
 type NextDaemons struct {
 	Client    kubernetes.Interface
 	Namespace string
@@ -25,28 +30,56 @@ type NextDaemons struct {
 
 var _ ports.NextDaemons = NextDaemons{}
 
+// gone says whether err means there is nothing left to read: the own pod
+// or its DaemonSet deleted (a forced deletion, an uninstall), or this
+// daemon's access removed with them (an uninstall deletes its RBAC).
+func gone(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
+}
+
 // NextDaemon implements ports.NextDaemons.
 func (n NextDaemons) NextDaemon(ctx context.Context) (liveness.NextDaemon, error) {
 	var next liveness.NextDaemon
 	own, err := n.Client.CoreV1().Pods(n.Namespace).Get(ctx, n.Pod, metav1.GetOptions{})
+	if gone(err) {
+		return liveness.NextDaemon{Deleting: true}, nil // nothing replaces it that it could wait for
+	}
 	if err != nil {
 		return next, fmt.Errorf("read the daemon's own pod %s/%s: %w", n.Namespace, n.Pod, err)
 	}
-	if own.DeletionTimestamp != nil {
-		next.GraceEnds = own.DeletionTimestamp.Time
+	next.Deleting = own.DeletionTimestamp != nil
+	if g := own.DeletionGracePeriodSeconds; g != nil {
+		next.Grace = time.Duration(*g) * time.Second
 	}
 	owner := metav1.GetControllerOf(own)
-	if owner == nil || own.Spec.NodeName == "" {
-		return next, nil // no DaemonSet, or not on a node: nothing replaces it
+	if owner == nil || owner.Kind != "DaemonSet" || own.Spec.NodeName == "" {
+		return next, nil // nothing replaces it
 	}
-	pods, err := n.Client.CoreV1().Pods(n.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", own.Spec.NodeName).String()})
+	ds, err := n.Client.AppsV1().DaemonSets(n.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if gone(err) {
+		return next, nil
+	}
 	if err != nil {
-		return next, fmt.Errorf("list the pods of node %s: %w", own.Spec.NodeName, err)
+		return next, fmt.Errorf("read DaemonSet %s/%s: %w", n.Namespace, owner.Name, err)
+	}
+	if ds.UID != owner.UID || ds.Spec.Selector == nil {
+		return next, nil // another DaemonSet of the name: not the one replacing it
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return next, fmt.Errorf("DaemonSet %s/%s: %w", n.Namespace, ds.Name, err)
+	}
+	pods, err := n.Client.CoreV1().Pods(n.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if gone(err) {
+		return next, nil
+	}
+	if err != nil {
+		return next, fmt.Errorf("list the pods of DaemonSet %s/%s: %w", n.Namespace, ds.Name, err)
 	}
 	for _, p := range pods.Items {
 		c := metav1.GetControllerOf(&p)
-		if p.Name == own.Name || p.DeletionTimestamp != nil || c == nil || c.UID != owner.UID || p.Spec.NodeName != own.Spec.NodeName {
+		if p.Name == own.Name || p.DeletionTimestamp != nil || c == nil || c.UID != owner.UID ||
+			p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded || targetNode(&p) != own.Spec.NodeName {
 			continue
 		}
 		next.Found, next.Pod = true, p.Name
@@ -60,4 +93,25 @@ func (n NextDaemons) NextDaemon(ctx context.Context) (liveness.NextDaemon, error
 		}
 	}
 	return next, nil
+}
+
+// targetNode is the node a DaemonSet's pod is for: the node it is bound
+// to, else the one its required node affinity names by metadata.name (as
+// the DaemonSet controller makes them), else "".
+func targetNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
 }

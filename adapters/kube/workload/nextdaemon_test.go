@@ -5,62 +5,99 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // The pod that replaces a stopping daemon's is another pod of its own
-// DaemonSet on its own node, not being deleted; its daemon has started
-// once its ferry container runs. Pods of other nodes, of other owners and
-// being deleted are none of it.
-func TestTheNextDaemonIsTheOtherPodOfTheSameDaemonSetOnTheSameNode(t *testing.T) {
+// DaemonSet for its own node, bound to it or not scheduled yet (the
+// DaemonSet controller names the node in a required node affinity and
+// deletes an unready old pod as soon as the new one exists), not being
+// deleted and not ended; its daemon has started once its ferry container
+// runs. Pods of other nodes, of other owners, being deleted or ended are
+// none of it.
+func TestTheNextDaemonIsTheOtherPodOfTheSameDaemonSetForTheSameNode(t *testing.T) {
 	ctx := context.Background()
 	isController := true
-	ds := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ferry-node", UID: types.UID("ds-uid"), Controller: &isController}
+	labels := map[string]string{"app.kubernetes.io/component": "node"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ferry-system", Name: "ferry-node", UID: "ds-uid"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ferry-node", UID: types.UID("ds-uid"), Controller: &isController}
 	other := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "something-else", UID: types.UID("other-uid"), Controller: &isController}
-	grace := metav1.NewTime(time.Date(2026, 11, 28, 3, 5, 0, 0, time.UTC))
+	deleted := metav1.NewTime(time.Date(2026, 11, 28, 3, 5, 0, 0, time.UTC))
+	grace := int64(300)
 	running := []corev1.ContainerStatus{{Name: "ferry", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	waiting := []corev1.ContainerStatus{{Name: "ferry", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}
 	pod := func(name, node string, owner metav1.OwnerReference, deleting bool, st []corev1.ContainerStatus) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ferry-system", Name: name, OwnerReferences: []metav1.OwnerReference{owner}},
-			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{ContainerStatuses: st}}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ferry-system", Name: name, Labels: labels, OwnerReferences: []metav1.OwnerReference{owner}},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: st}}
 		if deleting {
-			p.DeletionTimestamp = &grace
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &deleted, &grace
 		}
 		return p
 	}
-	own := pod("ferry-node-old", "node1", ds, true, running)
+	unscheduled := func(name, node string) *corev1.Pod {
+		p := pod(name, "", ref, false, nil)
+		p.Status.Phase = corev1.PodPending
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
+		return p
+	}
+	failed := pod("ferry-node-failed", "node1", ref, false, nil)
+	failed.Status.Phase = corev1.PodFailed
+	own := pod("ferry-node-old", "node1", ref, true, running)
 	cases := []struct {
-		name   string
-		pods   []*corev1.Pod
-		found  bool
-		pod    string
-		runnin bool
+		name    string
+		pods    []*corev1.Pod
+		found   bool
+		pod     string
+		running bool
 	}{
 		{"none", nil, false, "", false},
-		{"another node's, another owner's, one being deleted: none", []*corev1.Pod{
-			pod("ferry-node-x", "node2", ds, false, running), pod("other", "node1", other, false, running), pod("ferry-node-gone", "node1", ds, true, running)}, false, "", false},
-		{"pulling its image", []*corev1.Pod{pod("ferry-node-new", "node1", ds, false, waiting)}, true, "ferry-node-new", false},
-		{"its daemon started", []*corev1.Pod{pod("ferry-node-new", "node1", ds, false, running)}, true, "ferry-node-new", true},
+		{"another node's, another owner's, one being deleted, one failed: none", []*corev1.Pod{
+			pod("ferry-node-x", "node2", ref, false, running), pod("other", "node1", other, false, running),
+			pod("ferry-node-gone", "node1", ref, true, running), failed, unscheduled("ferry-node-y", "node2")}, false, "", false},
+		{"not scheduled yet, meant for this node", []*corev1.Pod{unscheduled("ferry-node-new", "node1")}, true, "ferry-node-new", false},
+		{"pulling its image", []*corev1.Pod{pod("ferry-node-new", "node1", ref, false, waiting)}, true, "ferry-node-new", false},
+		{"its daemon started", []*corev1.Pod{pod("ferry-node-new", "node1", ref, false, running)}, true, "ferry-node-new", true},
 	}
 	for _, c := range cases {
-		client := fake.NewClientset(own)
+		objs := []runtime.Object{own, ds}
 		for _, p := range c.pods {
-			if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			objs = append(objs, p)
 		}
-		got, err := NextDaemons{Client: client, Namespace: "ferry-system", Pod: own.Name, Container: "ferry"}.NextDaemon(ctx)
+		got, err := NextDaemons{Client: fake.NewClientset(objs...), Namespace: "ferry-system", Pod: own.Name, Container: "ferry"}.NextDaemon(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if got.Found != c.found || got.Pod != c.pod || got.Running != c.runnin || !got.GraceEnds.Equal(grace.Time) {
-			t.Errorf("%s: %+v, want found %v pod %q running %v, grace ending %v", c.name, got, c.found, c.pod, c.runnin, grace.Time)
+		if !got.Deleting || got.Grace != 300*time.Second || got.Found != c.found || got.Pod != c.pod || got.Running != c.running {
+			t.Errorf("%s: %+v, want deleting, grace 300s, found %v pod %q running %v", c.name, got, c.found, c.pod, c.running)
 		}
 	}
-	if _, err := (NextDaemons{Client: fake.NewClientset(), Namespace: "ferry-system", Pod: "missing", Container: "ferry"}).NextDaemon(ctx); err == nil {
-		t.Error("no error when the daemon's own pod cannot be read")
+
+	// The own pod gone (a forced deletion) or unreadable for want of
+	// rights (an uninstall deleted them): nothing to wait for. Any other
+	// failure is one.
+	got, err := NextDaemons{Client: fake.NewClientset(), Namespace: "ferry-system", Pod: "missing", Container: "ferry"}.NextDaemon(ctx)
+	if err != nil || got.Found {
+		t.Errorf("own pod gone: %+v %v, want nothing found and no error", got, err)
+	}
+	for _, e := range []error{apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, own.Name, nil), apierrors.NewServiceUnavailable("apiserver away")} {
+		client := fake.NewClientset(own, ds)
+		client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, e })
+		got, err := NextDaemons{Client: client, Namespace: "ferry-system", Pod: own.Name, Container: "ferry"}.NextDaemon(ctx)
+		if apierrors.IsForbidden(e) && (err != nil || got.Found) {
+			t.Errorf("forbidden: %+v %v, want nothing found and no error", got, err)
+		}
+		if !apierrors.IsForbidden(e) && err == nil {
+			t.Errorf("%v: no error", e)
+		}
 	}
 }

@@ -170,10 +170,19 @@ func TestUpgradeMovesNothing(t *testing.T) {
 	// that one's daemon starts. Its daemon keeps the node until then
 	// (liveness.Handover: the old release's, so a FERRY_UPGRADE_FROM
 	// older than that fails here).
-	disturbed := make(chan string, 1)
-	go func() { disturbed <- unreadyAnOldDaemonPod(t, from) }()
+	disturbed, quit := make(chan string, 1), make(chan struct{})
+	go func() { disturbed <- unreadyAnOldDaemonPod(t, from, quit) }()
+	joined := false
+	t.Cleanup(func() { // (install may stop the test first)
+		if !joined {
+			close(quit)
+			<-disturbed
+		}
+	})
 	install(t, "../../..", "", 15*time.Second)
-	if d := <-disturbed; d == "" {
+	d := <-disturbed
+	joined = true
+	if d == "" {
 		t.Error("no old daemon pod was deleted before its successor's daemon started: the roll was not disturbed as meant, so the handover it checks was not exercised")
 	} else {
 		t.Logf("disturbed: %s", d)
@@ -363,15 +372,25 @@ func daemonPods(t *testing.T) []daemonPod {
 // that node's containerd), and watches that pod: it returns "<pod> on
 // <node>" once the DaemonSet deleted it while its successor's daemon had
 // not started, "" if that did not happen within the roll.
-func unreadyAnOldDaemonPod(t *testing.T, from string) string {
+func unreadyAnOldDaemonPod(t *testing.T, from string, quit <-chan struct{}) string {
 	deadline := time.Now().Add(5 * time.Minute)
+	pause := func() bool { // false: the test is over
+		select {
+		case <-quit:
+			return false
+		case <-time.After(200 * time.Millisecond):
+			return true
+		}
+	}
 	var victim daemonPod
 	for victim.Metadata.Name == "" {
 		if time.Now().After(deadline) {
 			t.Log("disturbance: the roll never began")
 			return ""
 		}
-		time.Sleep(200 * time.Millisecond)
+		if !pause() {
+			return ""
+		}
 		pods := daemonPods(t)
 		rolling := map[string]bool{}
 		for _, p := range pods {
@@ -405,7 +424,9 @@ func unreadyAnOldDaemonPod(t *testing.T, from string) string {
 	name, node := victim.Metadata.Name, victim.Spec.NodeName
 	killedAgain := false
 	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+		if !pause() {
+			return ""
+		}
 		var old, next *daemonPod
 		for _, p := range daemonPods(t) {
 			switch {
