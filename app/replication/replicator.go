@@ -221,6 +221,15 @@ func (r *Replicator) Secondary() bool {
 	return r.observed && !r.status.Primary && !r.status.Acquired && !r.status.Acquiring && !r.promoting
 }
 
+// Observed reports whether the replicator has read the volume's state
+// since it started (before, Secondary cannot tell a secondary from a
+// primary).
+func (r *Replicator) Observed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observed
+}
+
 // Status returns a copy of the replica's status.
 func (r *Replicator) Status() Status {
 	r.mu.Lock()

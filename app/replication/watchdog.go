@@ -23,6 +23,11 @@ type WatchdogConfig struct {
 	// Poll is how often it reads the node's permit (at least every half
 	// lease margin, whatever it says: liveness.Watch).
 	Poll time.Duration
+	// Observed says whether the volume manager has read the volume's
+	// state since it started (Replicator.Observed; nil: always): until
+	// then its replica, whatever it is, is fenced as a primary would be,
+	// and the fence says so.
+	Observed func() bool
 }
 
 // DefaultWatchdogPoll is WatchdogConfig.Poll's default.
@@ -132,6 +137,16 @@ func (w *Watchdog) Check(ctx context.Context) time.Duration {
 	return v.Next
 }
 
+// what names the fenced replica: the primary, or a copy whose role its
+// volume manager has not read yet (just started while the daemon is
+// away: fenced all the same, since it may be the primary).
+func (w *Watchdog) what() string {
+	if w.cfg.Observed != nil && !w.cfg.Observed() {
+		return fmt.Sprintf("the copy on %s, whose role its volume manager has not read yet (it may be the primary),", w.cfg.Node)
+	}
+	return "primary on " + string(w.cfg.Node)
+}
+
 // Fencing reports whether the watchdog has fenced its volume and the
 // deadline is still passed.
 func (w *Watchdog) Fencing() bool { return w.fencing.Load() }
@@ -169,7 +184,7 @@ func (w *Watchdog) fence(ctx context.Context, reason string, now time.Duration) 
 		// text twice (the spell's instant): the daemon gives back each
 		// record once (a second text read after its give-back restarted
 		// the new pods again).
-		w.recorded = fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s [spell at %s of the node's boot time]", w.cfg.Node, reason, now)
+		w.recorded = fmt.Sprintf("%s fenced by its volume manager (the node's daemon did not renew its write permit): %s [spell at %s of the node's boot time]", w.what(), reason, now)
 		if err := w.records.Record(w.cfg.Volume, w.recorded); err != nil {
 			w.log.Warn("the fence is not recorded for the daemon yet; fencing all the same", zap.Error(err))
 		} else {
@@ -202,8 +217,8 @@ func (w *Watchdog) fence(ctx context.Context, reason string, now time.Duration) 
 	if !fencing {
 		w.log.Warn("the node's write permit ran out: primary fenced by its volume manager (read-only, holders stopped)", zap.String("reason", reason), zap.Any("stopped", stopped), zap.Strings("mounts", points))
 		w.fencing.Store(true)
-		msg := fmt.Sprintf("primary on %s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped (SIGSTOP) %v; the daemon kills them, makes it writable again and restarts the pods once the primary may write again",
-			w.cfg.Node, reason, len(stopped), stopped)
+		msg := fmt.Sprintf("%s fenced by its volume manager (the node's daemon did not renew its write permit): %s; its filesystem is read-only and %d process(es) holding it were stopped (SIGSTOP) %v; the daemon kills them, makes it writable again and restarts the pods once the primary may write again",
+			w.what(), reason, len(stopped), stopped)
 		w.events.Record(ctx, w.cfg.Volume, ports.Event{Type: ports.EventWarning, Reason: "Fenced", Message: msg})
 	} else if len(stopped) > 0 {
 		w.log.Warn("processes holding the fenced volume stopped again", zap.Any("stopped", stopped))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,12 +305,18 @@ func TestASecondarysWatchdogFencesBeforeItsFirstReadAndRecordsIt(t *testing.T) {
 	desk := &permitDesk{}
 	desk.set(time.Second, time.Hour) // armed, long passed
 	mounts := &mountsOf{points: []string{info.MountPath, pod}}
-	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "b", Volume: volID}, desk, desk, secondary,
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: "b", Volume: volID, Observed: read.Load}, desk, desk, secondary,
 		c.stores["b"], mounts, c.stores["b"], stopper, c.events, zap.NewNop())
 	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return([]ports.StoppedProcess{{PID: 9, Command: "reader"}}, nil).Times(1)
 	w.Check(ctx)
-	if got, _ := desk.Recorded(); got[volID] == "" {
+	got, _ := desk.Recorded()
+	if got[volID] == "" {
 		t.Fatal("a secondary's pods fenced before its first read, and no record for the daemon to give them back")
+	}
+	// Its record and event say what was fenced: a copy whose role was
+	// not read yet, not "the primary".
+	if !strings.Contains(got[volID], "has not read yet") || strings.HasPrefix(got[volID], "primary on") {
+		t.Errorf("the record of a copy fenced before its role was read: %q", got[volID])
 	}
 	read.Store(true)
 	stopper.EXPECT().StopHolders(gomock.Any(), []string{info.MountPath, pod}).Return(nil, nil).Times(1)

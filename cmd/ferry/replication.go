@@ -274,7 +274,7 @@ func runWatchdog(lc fx.Lifecycle, o ReplicaOptions, mounts ports.MountTable, nod
 		return err
 	}
 	dir := permitfile.New(o.ControlDir, node, permitfile.Options{})
-	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll}, dir, dir, r.Secondary, store, mounts, lock, newHolderStopper(), events, log.Named("watchdog"))
+	w := replication.NewWatchdog(replication.WatchdogConfig{Node: node, Volume: id, Poll: o.WatchdogPoll, Observed: r.Observed}, dir, dir, r.Secondary, store, mounts, lock, newHolderStopper(), events, log.Named("watchdog"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	lc.Append(fx.Hook{
