@@ -20,22 +20,33 @@ type HandoverConfig struct {
 	// Margin is what the daemon needs to stop before its pod's grace
 	// period ends (liveness.HandoverInput.Margin).
 	Margin time.Duration
-	// Unread is how old the last read may be (liveness.HandoverInput.Unread).
+	// Unread is how old the last read may be (liveness.HandoverInput.Unread;
+	// 0: 10 s).
 	Unread time.Duration
+	// Absent is how long no next pod must be found before the stop
+	// (liveness.HandoverInput.Absent; 0: 2 s).
+	Absent time.Duration
 }
 
 // HandOver is a stopping daemon's last duty: it returns once the daemon
 // may stop (liveness.Handover), keeping the node meanwhile while the pod
-// that replaces it has not started its daemon. ctx ending (a second
-// signal) ends the wait at once.
-func HandOver(ctx context.Context, cfg HandoverConfig, next ports.NextDaemons, now func() time.Time, log *zap.Logger) {
+// that replaces it has not started its daemon. since is when the stop was
+// asked (the signal's arrival, on now's clock: the grace period counts
+// from it). ctx ending (a second signal) ends the wait at once.
+func HandOver(ctx context.Context, cfg HandoverConfig, next ports.NextDaemons, since time.Time, now func() time.Time, log *zap.Logger) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 500 * time.Millisecond
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 3 * time.Second
 	}
-	in := liveness.HandoverInput{Since: now(), Margin: cfg.Margin, Unread: cfg.Unread}
+	if cfg.Unread <= 0 {
+		cfg.Unread = 10 * time.Second
+	}
+	if cfg.Absent <= 0 {
+		cfg.Absent = 2 * time.Second
+	}
+	in := liveness.HandoverInput{Since: since, Margin: cfg.Margin, Unread: cfg.Unread, Absent: cfg.Absent}
 	said := ""
 	for {
 		rctx, cancel := context.WithTimeout(ctx, cfg.ReadTimeout)
@@ -44,6 +55,9 @@ func HandOver(ctx context.Context, cfg HandoverConfig, next ports.NextDaemons, n
 		in.Now = now()
 		if err == nil {
 			in.Next, in.ReadAt = read, in.Now
+			if read.Found {
+				in.FoundAt = in.Now
+			}
 		}
 		v := liveness.Handover(in)
 		if v.Reason != said {

@@ -40,11 +40,11 @@ func (blockingNext) NextDaemon(ctx context.Context) (liveness.NextDaemon, error)
 // returns once the successor's daemon has started; with none it returns
 // at once; a read that fails is tried again.
 func TestAStoppingDaemonHandsItsNodeOverOnlyOnceTheNextHasStarted(t *testing.T) {
-	pulling := liveness.NextDaemon{Deleting: true, Found: true, Pod: "new"}
-	started := liveness.NextDaemon{Deleting: true, Found: true, Pod: "new", Running: true}
-	cfg := HandoverConfig{Poll: time.Millisecond, Margin: time.Second, Unread: time.Hour}
+	pulling := liveness.NextDaemon{Deleting: true, Grace: time.Hour, Found: true, Pod: "new"}
+	started := liveness.NextDaemon{Deleting: true, Grace: time.Hour, Found: true, Pod: "new", Running: true}
+	cfg := HandoverConfig{Poll: time.Millisecond, Margin: time.Second, Unread: time.Hour, Absent: time.Millisecond}
 	n := &nextDaemons{answers: []liveness.NextDaemon{{}, pulling, pulling, started}, errs: []error{errors.New("apiserver away"), nil, nil, nil}}
-	HandOver(context.Background(), cfg, n, time.Now, zap.NewNop())
+	HandOver(context.Background(), cfg, n, time.Now(), time.Now, zap.NewNop())
 	if n.reads != 4 {
 		t.Errorf("returned after %d reads, want 4 (unreadable, pulling, pulling, started)", n.reads)
 	}
@@ -52,20 +52,20 @@ func TestAStoppingDaemonHandsItsNodeOverOnlyOnceTheNextHasStarted(t *testing.T) 
 	// wait past Unread for a first answer.
 	stuck := blockingNext{}
 	start := time.Now()
-	HandOver(context.Background(), HandoverConfig{Poll: time.Millisecond, ReadTimeout: 20 * time.Millisecond, Unread: 100 * time.Millisecond}, stuck, time.Now, zap.NewNop())
+	HandOver(context.Background(), HandoverConfig{Poll: time.Millisecond, ReadTimeout: 20 * time.Millisecond, Unread: 100 * time.Millisecond}, stuck, time.Now(), time.Now, zap.NewNop())
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("an API server that never answers held the stop %s", took)
 	}
-	none := &nextDaemons{answers: []liveness.NextDaemon{{Deleting: true}}, errs: []error{nil}}
-	HandOver(context.Background(), cfg, none, time.Now, zap.NewNop())
-	if none.reads != 1 {
-		t.Errorf("no successor: %d reads, want 1", none.reads)
+	gone := &nextDaemons{answers: []liveness.NextDaemon{{Gone: true}}, errs: []error{nil}}
+	HandOver(context.Background(), cfg, gone, time.Now(), time.Now, zap.NewNop())
+	if gone.reads != 1 {
+		t.Errorf("the own pod gone: %d reads, want 1", gone.reads)
 	}
 	// A second signal ends the wait.
 	ctx, cancel := context.WithCancel(context.Background())
 	forever := &nextDaemons{answers: []liveness.NextDaemon{pulling}, errs: []error{nil}}
 	done := make(chan struct{})
-	go func() { HandOver(ctx, cfg, forever, time.Now, zap.NewNop()); close(done) }()
+	go func() { HandOver(ctx, cfg, forever, time.Now(), time.Now, zap.NewNop()); close(done) }()
 	cancel()
 	select {
 	case <-done:

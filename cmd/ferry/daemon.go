@@ -78,8 +78,10 @@ func daemonApp(o *Options) fx.Option {
 				return nil
 			}
 			next := workload.NextDaemons{Client: api.kube, Namespace: ns, Pod: pod, Container: "ferry"}
-			cfg := orchestration.HandoverConfig{Margin: o.StopTimeout + 5*time.Second, Unread: 10 * time.Second}
-			return func(ctx context.Context) { orchestration.HandOver(ctx, cfg, next, time.Now, log.Named("handover")) }
+			cfg := orchestration.HandoverConfig{Margin: o.StopTimeout + 5*time.Second, Unread: 10 * time.Second, Absent: 2 * time.Second}
+			return func(ctx context.Context, since time.Time) {
+				orchestration.HandOver(ctx, cfg, next, since, time.Now, log.Named("handover"))
+			}
 		}),
 		// Last to start, first to stop: a stopping daemon drains its calls
 		// in flight (up to --stop-timeout) while its Lease is still renewed

@@ -141,11 +141,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if m.name == "daemon" {
 			options = append(options, fx.Populate(&hold))
 		}
-		sig := make(chan os.Signal, 2)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		defer signal.Stop(sig)
 		app := fx.New(options...)
-		return runApp(app, opts.StopTimeout, stderr, hold, sig)
+		return runApp(app, opts.StopTimeout, stderr, hold, signals())
 	}
 	fmt.Fprintf(stderr, "ferry: unknown mode %q\n\n", args[0])
 	usage(stderr)
@@ -153,15 +150,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // stopHold is what a mode does between SIGTERM and its stop, the whole
-// application still running (nil: nothing); its context ends on a second
-// signal.
-type stopHold func(ctx context.Context)
+// application still running (nil: nothing); since is when the signal
+// came; its context ends on a second signal.
+type stopHold func(ctx context.Context, since time.Time)
+
+// arrival is a signal and when it came (one during the start waits for
+// it: the grace period a hold counts runs from its arrival).
+type arrival struct {
+	sig os.Signal
+	at  time.Time
+}
+
+// signals relays SIGTERM and SIGINT from now on, each with its arrival.
+func signals() <-chan arrival {
+	raw := make(chan os.Signal, 2)
+	signal.Notify(raw, syscall.SIGTERM, syscall.SIGINT)
+	out := make(chan arrival, 2)
+	go func() {
+		for s := range raw {
+			out <- arrival{sig: s, at: time.Now()}
+		}
+	}()
+	return out
+}
 
 // runApp starts the application, waits for a signal on sig (SIGTERM or
 // SIGINT), holds (when hold is set; a second signal cuts it short), and
 // stops it within stopTimeout: calls in flight finish, sockets are
 // removed.
-func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopHold, sig <-chan os.Signal) int {
+func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopHold, sig <-chan arrival) int {
 	if err := app.Err(); err != nil {
 		fmt.Fprintf(stderr, "ferry: %v\n", err)
 		return 1
@@ -181,7 +198,7 @@ func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopH
 	}
 	var code int
 	select {
-	case <-sig:
+	case first := <-sig:
 		if hold != nil {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
@@ -191,7 +208,7 @@ func runApp(app *fx.App, stopTimeout time.Duration, stderr io.Writer, hold stopH
 				case <-ctx.Done():
 				}
 			}()
-			hold(ctx)
+			hold(ctx, first.at)
 			cancel()
 		}
 	case s := <-fxWait:

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,19 +20,25 @@ func TestASignalHoldsTheDaemonUntilItsHoldEndsThenStopsIt(t *testing.T) {
 		lc.Append(fx.Hook{OnStop: func(context.Context) error { stopped.Store(true); return nil }})
 	}))
 	held, cut := make(chan struct{}), make(chan struct{})
-	hold := func(ctx context.Context) {
+	sent := time.Now().Add(-time.Minute) // a signal that waited for the start
+	var since time.Time
+	hold := func(ctx context.Context, s time.Time) {
+		since = s
 		close(held)
 		<-ctx.Done()
 		close(cut)
 	}
-	sig := make(chan os.Signal, 2)
+	sig := make(chan arrival, 2)
 	done := make(chan int, 1)
 	go func() { done <- runApp(app, 5*time.Second, io.Discard, hold, sig) }()
-	sig <- syscall.SIGTERM
+	sig <- arrival{syscall.SIGTERM, sent}
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first signal did not start the hold")
+	}
+	if !since.Equal(sent) {
+		t.Errorf("the hold counts from %v, not from the signal's arrival %v", since, sent)
 	}
 	time.Sleep(50 * time.Millisecond)
 	if stopped.Load() {
@@ -44,7 +49,7 @@ func TestASignalHoldsTheDaemonUntilItsHoldEndsThenStopsIt(t *testing.T) {
 		t.Fatalf("runApp returned %d while holding", code)
 	default:
 	}
-	sig <- syscall.SIGTERM
+	sig <- arrival{syscall.SIGTERM, time.Now()}
 	select {
 	case <-cut:
 	case <-time.After(10 * time.Second):
@@ -61,10 +66,10 @@ func TestWithoutAHoldASignalStopsAtOnce(t *testing.T) {
 	app := fx.New(fx.NopLogger, fx.Invoke(func(lc fx.Lifecycle) {
 		lc.Append(fx.Hook{OnStop: func(context.Context) error { stopped.Store(true); return nil }})
 	}))
-	sig := make(chan os.Signal, 1)
+	sig := make(chan arrival, 1)
 	done := make(chan int, 1)
 	go func() { done <- runApp(app, 5*time.Second, io.Discard, nil, sig) }()
-	sig <- syscall.SIGTERM
+	sig <- arrival{syscall.SIGTERM, time.Now()}
 	select {
 	case code := <-done:
 		if code != 0 || !stopped.Load() {

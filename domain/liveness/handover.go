@@ -18,16 +18,19 @@ import (
 // to stop while the pod that replaces it has not started its daemon keeps
 // the node's duties until it has (its SIGTERM holds), or until its own
 // grace period is about to end; with no successor (an uninstall, a node
-// removed) it stops at once.
+// removed) it stops once none has been found for a moment.
 
 // NextDaemon is what a stopping daemon read of its own pod and of the pod
 // that replaces it on its node.
 type NextDaemon struct {
+	// Gone: the own pod, its DaemonSet or this daemon's rights to read
+	// them are gone (a forced deletion, an uninstall): nothing to wait for.
+	Gone bool
 	// Deleting: the daemon's own pod is being deleted (a DaemonSet
 	// replacing it always deletes it first; a SIGTERM without that, a
 	// node shutting down, a kill, hands nothing over).
 	Deleting bool
-	// Grace: the own pod's deletion grace period (0: not known).
+	// Grace: the own pod's deletion grace period (0: none, stop now).
 	Grace time.Duration
 	// Found: another pod of the daemon's own DaemonSet for its node (bound
 	// to it, or not scheduled yet but meant for it), not being deleted and
@@ -52,6 +55,12 @@ type HandoverInput struct {
 	// Unread: how old the last read may be (or, with none, how long a
 	// stop waits for the first).
 	Unread time.Duration
+	// FoundAt: when a read last found the next pod (zero: never);
+	// Absent: how long no pod must be found before the stop (a pod
+	// deleted by hand is read before its controller made the next one; a
+	// successor failing is deleted and made again).
+	FoundAt time.Time
+	Absent  time.Duration
 }
 
 // HandoverVerdict says whether the daemon keeps the node for now.
@@ -69,14 +78,25 @@ func Handover(in HandoverInput) HandoverVerdict {
 		return HandoverVerdict{Hold: true, Reason: "the node's daemon pods cannot be read yet: looking again before stopping"}
 	case in.ReadAt.IsZero() || in.Now.Sub(in.ReadAt) >= in.Unread:
 		return HandoverVerdict{Reason: fmt.Sprintf("the node's daemon pods could not be read for %s: stopping without knowing of a successor", in.Unread)}
+	case s.Gone:
+		return HandoverVerdict{Reason: "this daemon's pod, its DaemonSet or its rights to read them are gone (a forced deletion, an uninstall): nothing to hand the node over to"}
 	case !s.Deleting:
 		return HandoverVerdict{Reason: "this daemon's pod is not being deleted (a node shutting down, a process killed): nothing replaces it"}
+	case !in.Now.Before(in.Since.Add(s.Grace - in.Margin)):
+		return HandoverVerdict{Reason: fmt.Sprintf("this pod's grace period (%s) ends: stopping whatever replaces it (the node is without a daemon until its next one starts)", s.Grace)}
+	case !s.Found && in.Now.Sub(later(in.Since, in.FoundAt)) < in.Absent:
+		return HandoverVerdict{Hold: true, Reason: "no other daemon pod for this node yet: looking again before stopping (its controller may be making it)"}
 	case !s.Found:
 		return HandoverVerdict{Reason: "no other daemon pod for this node (an uninstall, a node drained or removed): nothing to hand the node over to"}
 	case s.Running:
 		return HandoverVerdict{Reason: fmt.Sprintf("the next daemon (pod %s) has started and waits for the node", s.Pod)}
-	case s.Grace > 0 && !in.Now.Before(in.Since.Add(s.Grace-in.Margin)):
-		return HandoverVerdict{Reason: fmt.Sprintf("this pod's grace period ends and the next daemon (pod %s) has not started: the node is without a daemon until it does", s.Pod)}
 	}
 	return HandoverVerdict{Hold: true, Reason: fmt.Sprintf("the next daemon's pod %s has not started its daemon yet (scheduled, its image pulled, its init containers): this daemon keeps the node's lease, guard and services until it does", s.Pod)}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

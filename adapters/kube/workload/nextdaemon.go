@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ferry-csi/ferry/domain/liveness"
@@ -42,41 +43,59 @@ func (n NextDaemons) NextDaemon(ctx context.Context) (liveness.NextDaemon, error
 	var next liveness.NextDaemon
 	own, err := n.Client.CoreV1().Pods(n.Namespace).Get(ctx, n.Pod, metav1.GetOptions{})
 	if gone(err) {
-		return liveness.NextDaemon{Deleting: true}, nil // nothing replaces it that it could wait for
+		return liveness.NextDaemon{Gone: true}, nil
 	}
 	if err != nil {
 		return next, fmt.Errorf("read the daemon's own pod %s/%s: %w", n.Namespace, n.Pod, err)
 	}
 	next.Deleting = own.DeletionTimestamp != nil
-	if g := own.DeletionGracePeriodSeconds; g != nil {
-		next.Grace = time.Duration(*g) * time.Second
+	// The deletion's grace period, else the pod's (Kubernetes' default
+	// when neither is set).
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if g := own.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
 	}
+	if g := own.DeletionGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	next.Grace = time.Duration(grace) * time.Second
 	owner := metav1.GetControllerOf(own)
 	if owner == nil || owner.Kind != "DaemonSet" || own.Spec.NodeName == "" {
-		return next, nil // nothing replaces it
+		next.Gone = true // nothing replaces it
+		return next, nil
 	}
 	ds, err := n.Client.AppsV1().DaemonSets(n.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
 	if gone(err) {
+		next.Gone = true
 		return next, nil
 	}
 	if err != nil {
 		return next, fmt.Errorf("read DaemonSet %s/%s: %w", n.Namespace, owner.Name, err)
 	}
-	if ds.UID != owner.UID || ds.Spec.Selector == nil {
-		return next, nil // another DaemonSet of the name: not the one replacing it
+	if ds.UID != owner.UID || ds.Spec.Selector == nil || ds.DeletionTimestamp != nil {
+		next.Gone = true // deleted, or another DaemonSet of the name: nothing replaces it
+		return next, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 	if err != nil {
 		return next, fmt.Errorf("DaemonSet %s/%s: %w", n.Namespace, ds.Name, err)
 	}
-	pods, err := n.Client.CoreV1().Pods(n.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if gone(err) {
-		return next, nil
+	// The node's pods and the unscheduled ones (two field selectors, so
+	// that a large cluster's daemon pods are not all read twice a second).
+	var items []corev1.Pod
+	for _, node := range []string{own.Spec.NodeName, ""} {
+		pods, err := n.Client.CoreV1().Pods(n.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String(),
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+		if gone(err) {
+			next.Gone = true
+			return next, nil
+		}
+		if err != nil {
+			return next, fmt.Errorf("list the pods of DaemonSet %s/%s: %w", n.Namespace, ds.Name, err)
+		}
+		items = append(items, pods.Items...)
 	}
-	if err != nil {
-		return next, fmt.Errorf("list the pods of DaemonSet %s/%s: %w", n.Namespace, ds.Name, err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range items {
 		c := metav1.GetControllerOf(&p)
 		if p.Name == own.Name || p.DeletionTimestamp != nil || c == nil || c.UID != owner.UID ||
 			p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded || targetNode(&p) != own.Spec.NodeName {

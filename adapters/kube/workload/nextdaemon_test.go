@@ -86,18 +86,37 @@ func TestTheNextDaemonIsTheOtherPodOfTheSameDaemonSetForTheSameNode(t *testing.T
 	// rights (an uninstall deleted them): nothing to wait for. Any other
 	// failure is one.
 	got, err := NextDaemons{Client: fake.NewClientset(), Namespace: "ferry-system", Pod: "missing", Container: "ferry"}.NextDaemon(ctx)
-	if err != nil || got.Found {
-		t.Errorf("own pod gone: %+v %v, want nothing found and no error", got, err)
+	if err != nil || !got.Gone {
+		t.Errorf("own pod gone: %+v %v, want gone and no error", got, err)
 	}
-	for _, e := range []error{apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, own.Name, nil), apierrors.NewServiceUnavailable("apiserver away")} {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, c := range []struct {
+		verb, resource string
+		err            error
+		gone           bool
+	}{
+		{"get", "pods", apierrors.NewForbidden(gr, own.Name, nil), true},
+		{"get", "daemonsets", apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "daemonsets"}, "ferry-node"), true},
+		{"list", "pods", apierrors.NewUnauthorized("token gone"), true},
+		{"get", "pods", apierrors.NewServiceUnavailable("apiserver away"), false},
+		{"list", "pods", apierrors.NewTimeoutError("slow", 1), false},
+	} {
 		client := fake.NewClientset(own, ds)
-		client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, e })
+		client.PrependReactor(c.verb, c.resource, func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, c.err })
 		got, err := NextDaemons{Client: client, Namespace: "ferry-system", Pod: own.Name, Container: "ferry"}.NextDaemon(ctx)
-		if apierrors.IsForbidden(e) && (err != nil || got.Found) {
-			t.Errorf("forbidden: %+v %v, want nothing found and no error", got, err)
+		if c.gone && (err != nil || !got.Gone) {
+			t.Errorf("%s %s: %v: %+v %v, want gone and no error", c.verb, c.resource, c.err, got, err)
 		}
-		if !apierrors.IsForbidden(e) && err == nil {
-			t.Errorf("%v: no error", e)
+		if !c.gone && err == nil {
+			t.Errorf("%s %s: %v: no error", c.verb, c.resource, c.err)
 		}
+	}
+	// A pod not being deleted, with its own grace period: read as such.
+	live := pod("ferry-node-live", "node1", ref, false, running)
+	thirty := int64(30)
+	live.Spec.TerminationGracePeriodSeconds = &thirty
+	got, err = NextDaemons{Client: fake.NewClientset(live, ds), Namespace: "ferry-system", Pod: live.Name, Container: "ferry"}.NextDaemon(ctx)
+	if err != nil || got.Deleting || got.Gone || got.Grace != 30*time.Second {
+		t.Errorf("a pod not being deleted: %+v %v", got, err)
 	}
 }
