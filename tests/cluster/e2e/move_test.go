@@ -114,9 +114,18 @@ func activeCount(rv rvStatus) int {
 // waitReady waits until the volume has two ready copies.
 func waitReady(t *testing.T, vol string) {
 	t.Helper()
-	eventually(t, "two ready copies", 180*time.Second, func() (bool, string) {
+	// Two ready copies each holding a snapshot: a new volume's copies are
+	// ready while both are empty, and the secondary is not for a moment
+	// once the primary's first snapshot is taken, until it received it.
+	eventually(t, "two ready copies holding a snapshot", 180*time.Second, func() (bool, string) {
 		rv, err := getRV(t, vol)
-		return err == nil && rv.Status.ReadyReplicas >= 2, fmt.Sprintf("%+v %v", rv.Status, err)
+		held := 0
+		for _, r := range rv.Status.Replicas {
+			if r.Ready && r.Snapshot > 0 {
+				held++
+			}
+		}
+		return err == nil && rv.Status.ReadyReplicas >= 2 && held >= 2, fmt.Sprintf("%+v %v", rv.Status, err)
 	})
 }
 
